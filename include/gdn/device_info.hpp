@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gdn {
+
+/// What the library reads off a Vulkan physical device: the limits that decide which kernels run.
+struct DeviceInfo {
+  std::uint32_t index = 0;           // position in the loader's enumeration (GDN_DEVICE=<index>)
+  std::string name;
+  std::string type;                  // "discrete", "integrated", "virtual", "cpu", "other"
+  std::string api_version;           // e.g. "1.3.230"
+  std::string driver;                // driver name and info
+  std::uint32_t subgroup_size = 0;   // default subgroup size
+  std::uint32_t min_subgroup_size = 0;
+  std::uint32_t max_subgroup_size = 0;
+  bool subgroup_shuffle = false;     // shuffle + arithmetic in compute shaders
+  bool subgroup_size_control = false;  // required subgroup size and full subgroups in compute
+  std::uint64_t max_storage_buffer_range = 0;
+  std::uint32_t max_shared_memory = 0;     // maxComputeSharedMemorySize, bytes
+  std::uint32_t max_workgroup_count[3] = {0, 0, 0};
+  std::uint32_t max_workgroup_invocations = 0;
+  double timestamp_period_ns = 0;    // 0: no timestamps on the compute queue
+  std::vector<std::uint64_t> device_local_heaps;  // bytes per device-local heap
+};
+
+}  // namespace gdn

@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: MIT
+// The gdn library: GatedDeltaNet forward and backward on Vulkan compute.
+#pragma once
+
+#include "gdn/context.hpp"
+#include "gdn/device_info.hpp"
+#include "gdn/error.hpp"
+#include "gdn/layer.hpp"
+#include "gdn/tensor.hpp"

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+// gdn::Layer: the GatedDeltaNet layer (SPEC.md) forward and backward on a Vulkan device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gdn/context.hpp"
+#include "gdn/error.hpp"
+#include "gdn/tensor.hpp"
+
+namespace gdn {
+
+/// dk = dv = 128 for every linear-attention head this library serves.
+inline constexpr int kHeadDim = 128;
+
+/// Which kernel family runs the recurrence.
+enum class Variant {
+  Auto,      // subgroup where the device has subgroup shuffles, else per-head
+  Subgroup,  // column-split: four workgroups per head, 32 state columns each, subgroup reductions
+  PerHead,   // one workgroup per (window, head), reductions through shared memory
+};
+std::string_view to_string(Variant v);
+/// "auto", "subgroup", "per-head"; throws std::invalid_argument otherwise.
+Variant parse_variant(std::string_view s);
+
+/// Shape and hyper-parameters of one layer.
+struct Config {
+  int nv = 48;                   // value heads
+  int nk = 16;                   // key heads; nv % nk == 0
+  int conv_taps = 4;             // K
+  float rms_eps = 1e-6f;         // eps of the gated RMSNorm
+  int checkpoint_interval = 8;   // steps per replay segment of the backward (memory vs. recompute)
+  Variant variant = Variant::Auto;
+
+  int channels() const { return (2 * nk + nv) * kHeadDim; }  // C: q heads | k heads | v heads
+  int value_dim() const { return nv * kHeadDim; }
+};
+
+/// The frozen parameters, float32.
+struct Params {
+  std::vector<float> conv;     // [C, K], tap j reads position t-(K-1)+j
+  std::vector<float> a_log;    // [nv]
+  std::vector<float> dt_bias;  // [nv]
+  std::vector<float> norm;     // [D]
+};
+
+/// Host inputs of one call; B windows of T tokens, row-major float32.
+struct HostInputs {
+  std::span<const float> qkv;  // [B, T, C]
+  std::span<const float> z;    // [B, T, nv*D]
+  std::span<const float> a;    // [B, T, nv]
+  std::span<const float> b;    // [B, T, nv]
+};
+
+/// Through-gradients into the four input streams.
+struct HostGrads {
+  std::vector<float> dqkv;  // [B, T, C]
+  std::vector<float> dz;    // [B, T, nv*D]
+  std::vector<float> da;    // [B, T, nv]
+  std::vector<float> db;    // [B, T, nv]
+};
+
+/// Device-resident inputs; B and T come from qkv's shape [B, T, C].
+struct DeviceInputs {
+  Tensor qkv, z, a, b;
+};
+/// Device-resident gradients; empty tensors are allocated by backward().
+struct DeviceGrads {
+  Tensor dqkv, dz, da, db;
+};
+
+/// GPU time of one kernel of the last call (with profiling on).
+struct KernelTime {
+  std::string name;
+  double ms = 0;
+};
+
+namespace detail {
+struct TapeState;
+struct LayerImpl;
+}  // namespace detail
+
+/// What a forward records for its backward: the inputs (shared, not copied, in the device API: do
+/// not overwrite them before the backward), the intermediates, and the state checkpoints.
+/// Reusable: a forward into a tape of the same shape reuses its memory.
+class Tape {
+ public:
+  Tape();
+  ~Tape();
+  Tape(Tape&&) noexcept;
+  Tape& operator=(Tape&&) noexcept;
+
+  bool recorded() const;
+  int batch() const;
+  int tokens() const;
+  /// Device memory the tape holds, in all and per buffer.
+  std::size_t device_bytes() const;
+  std::vector<std::pair<std::string, std::size_t>> buffers() const;
+
+ private:
+  friend struct detail::LayerImpl;
+  std::unique_ptr<detail::TapeState> state_;
+};
+
+class Layer {
+ public:
+  /// Builds the pipelines of the chosen variant. Throws std::invalid_argument on an inconsistent
+  /// config or parameter sizes, gdn::Error when the device cannot run the variant.
+  Layer(std::shared_ptr<Context> ctx, const Config& config, const Params& params);
+  ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const Config& config() const;
+  /// The variant that runs (Auto resolved).
+  Variant variant() const;
+  Context& context() const;
+
+  // ---- host API: spans in, vectors out (one upload and one download per call) ----
+  /// out [B, T, nv*D]. With a tape, records what backward() needs.
+  std::vector<float> forward(int batch, int tokens, const HostInputs& in, Tape* tape = nullptr);
+  /// Gradients for the output gradient dout [B, T, nv*D] of the forward recorded in `tape`.
+  HostGrads backward(const Tape& tape, std::span<const float> dout);
+
+  // ---- device API: tensors stay on the device between calls ----
+  /// Writes out [B, T, nv*D] (allocated if empty). With a tape, records what backward() needs.
+  void forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr);
+  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads);
+
+  /// With profiling on, every call times each kernel with GPU timestamp queries.
+  void set_profiling(bool on);
+  /// Per-kernel GPU times of the last call; the last entry is named "total".
+  const std::vector<KernelTime>& last_timings() const;
+  /// Device memory the layer holds besides tapes (parameters, forward and backward workspaces).
+  std::size_t workspace_bytes() const;
+
+ private:
+  std::unique_ptr<detail::LayerImpl> impl_;
+};
+
+}  // namespace gdn

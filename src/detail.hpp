@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// The library's private types behind the public handles (Context, Tensor).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gdn/context.hpp"
+#include "gdn/tensor.hpp"
+#include "vk/device.hpp"
+
+namespace gdn::detail {
+
+struct ContextImpl {
+  explicit ContextImpl(const gpu::DeviceOptions& o) : device(o) {}
+  gpu::Device device;
+};
+
+struct TensorStorage {
+  std::shared_ptr<Context> ctx;  // keeps the device alive as long as the buffer
+  std::vector<std::int64_t> shape;
+  std::unique_ptr<gpu::Buffer> buffer;
+};
+
+inline gpu::Device& device_of(Context& c) { return c.impl().device; }
+
+}  // namespace gdn::detail

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// The host side of the shaders' interface: the push-constant block of shaders/common.glsl, and the
+// pipelines of the two kernel families with their binding counts and shared memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "vk/device.hpp"
+
+namespace gdn::detail {
+
+/// Mirrors `Push` in shaders/common.glsl: same field order, std430 (4-byte words), 64 bytes.
+struct Push {
+  std::uint32_t nb = 0;     // windows (B)
+  std::uint32_t t = 0;      // tokens per window (T)
+  std::uint32_t nv = 0;     // value heads
+  std::uint32_t nk = 0;     // key heads
+  std::uint32_t c_dim = 0;  // raw projection channels
+  std::uint32_t kk = 0;     // conv taps
+  std::uint32_t cs = 0;     // checkpoint interval
+  std::uint32_t nseg = 0;   // ceil(T / cs)
+  std::uint32_t keep = 0;   // record the tape
+  std::uint32_t pad0 = 0, pad1 = 0, pad2 = 0;
+  float eps = 0;            // rms_eps
+  float fpad0 = 0, fpad1 = 0, fpad2 = 0;
+};
+static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
+
+/// Kernels both families use: the conv, the q/k and gate preparation, their backward.
+struct CommonKernels {
+  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, qk_prep, gate_prep;
+};
+
+/// The per-head family (shaders/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
+struct PerHeadKernels {
+  std::unique_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
+};
+
+CommonKernels build_common(gpu::Device& dev);
+PerHeadKernels build_per_head(gpu::Device& dev);
+
+}  // namespace gdn::detail

@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: MIT
+// gdn::Layer: input checks, buffers (workspaces and tapes), and the order of the kernels of each
+// family. The kernels' math lives in shaders/; the Vulkan plumbing in vk/.
+#include "gdn/layer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+
+#include "detail.hpp"
+#include "kernels.hpp"
+
+namespace gdn {
+
+std::string_view to_string(Variant v) {
+  switch (v) {
+    case Variant::Auto: return "auto";
+    case Variant::Subgroup: return "subgroup";
+    case Variant::PerHead: return "per-head";
+  }
+  return "?";
+}
+
+Variant parse_variant(std::string_view s) {
+  if (s == "auto") return Variant::Auto;
+  if (s == "subgroup") return Variant::Subgroup;
+  if (s == "per-head") return Variant::PerHead;
+  throw std::invalid_argument("variant '" + std::string(s) + "': expected auto, subgroup or per-head");
+}
+
+namespace detail {
+namespace {
+
+constexpr std::size_t kD = kHeadDim;
+constexpr std::size_t kF = sizeof(float);
+
+std::uint64_t next_layer_id() {
+  static std::atomic<std::uint64_t> id{1};
+  return id++;
+}
+
+void expect_size(const char* tensor, std::size_t got, std::size_t want, const std::string& shape) {
+  if (got != want)
+    throw std::invalid_argument(std::string(tensor) + " has " + std::to_string(got) + " elements, expected " +
+                                std::to_string(want) + " (" + shape + ")");
+}
+
+void expect_shape(const char* tensor, const Tensor& t, std::vector<std::int64_t> want) {
+  if (t.empty()) throw std::invalid_argument(std::string(tensor) + " is an empty tensor, expected " + shape_str(want));
+  if (t.shape() != want)
+    throw std::invalid_argument(std::string(tensor) + " is " + shape_str(t.shape()) + ", expected " + shape_str(want));
+}
+
+}  // namespace
+
+/// Buffers one forward writes, sized for (B, T). A tape owns one set; the layer owns another for
+/// forwards without a tape (whose checkpoint buffer is never written).
+struct ForwardState {
+  int B = 0, T = 0;
+  bool keep = false;
+  std::unique_ptr<gpu::Buffer> y;      // [B, T, C] conv + silu output
+  std::unique_ptr<gpu::Buffer> qkn;    // [2][B, T, nk, D] q^, k^
+  std::unique_ptr<gpu::Buffer> nq;     // [2][B, T, nk] squared norms + 1e-6
+  std::unique_ptr<gpu::Buffer> gates;  // [3][B, T, nv] g, beta, a + dt_bias
+  std::unique_ptr<gpu::Buffer> o;      // [B, T, nv*D] o before the norm
+  std::unique_ptr<gpu::Buffer> inv;    // [B, T, nv] 1/rms
+  std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
+
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck})
+      if (*b) n += (*b)->bytes;
+    return n;
+  }
+};
+
+struct TapeState {
+  std::uint64_t layer_id = 0;
+  Variant variant = Variant::PerHead;
+  DeviceInputs inputs;  // shared with the caller (device API) or owned (host API)
+  bool owns_inputs = false;
+  ForwardState fwd;
+};
+
+/// Scratch of one backward, sized for (B, T).
+struct BackwardState {
+  int B = 0, T = 0;
+  std::unique_ptr<gpu::Buffer> scr;  // [B, nv, cs, D*D] replayed states
+  std::unique_ptr<gpu::Buffer> kvs;  // [B, nv, cs, D] replayed kv
+  std::unique_ptr<gpu::Buffer> dqk;  // [2][B, T, nv, D] per-v-head dq^, dk^
+  std::unique_ptr<gpu::Buffer> dy;   // [B, T, C] grad of the conv + silu output
+
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto* b : {&scr, &kvs, &dqk, &dy})
+      if (*b) n += (*b)->bytes;
+    return n;
+  }
+};
+
+struct LayerImpl {
+  std::shared_ptr<Context> ctx;
+  gpu::Device& dev;
+  Config cfg;
+  Variant variant;
+  std::uint64_t id = next_layer_id();
+  Tensor conv, a_log, dt_bias, norm;
+  CommonKernels common;
+  PerHeadKernels per_head;
+  ForwardState scratch_fwd;  // for forwards without a tape
+  BackwardState bwd;
+  // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
+  DeviceInputs host_in;
+  Tensor host_out, host_dout;
+  DeviceGrads host_grads;
+  bool profiling = false;
+  std::vector<KernelTime> timings;
+
+  LayerImpl(std::shared_ptr<Context> c, const Config& config, const Params& p)
+      : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {
+    validate_config(p);
+    variant = resolve_variant(cfg.variant);
+    conv = upload({cfg.channels(), cfg.conv_taps}, "conv", p.conv);
+    a_log = upload({cfg.nv}, "a_log", p.a_log);
+    dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
+    norm = upload({kHeadDim}, "norm", p.norm);
+    common = build_common(dev);
+    per_head = build_per_head(dev);
+  }
+
+  void validate_config(const Params& p) const {
+    if (cfg.nv < 1 || cfg.nk < 1)
+      throw std::invalid_argument("config: nv = " + std::to_string(cfg.nv) + " and nk = " + std::to_string(cfg.nk) +
+                                  " must both be >= 1");
+    if (cfg.nv % cfg.nk != 0)
+      throw std::invalid_argument("config: nv = " + std::to_string(cfg.nv) + " is not a multiple of nk = " +
+                                  std::to_string(cfg.nk) + " (each key head serves nv/nk value heads)");
+    if (cfg.conv_taps < 1) throw std::invalid_argument("config: conv_taps = " + std::to_string(cfg.conv_taps) + ", expected >= 1");
+    if (cfg.checkpoint_interval < 1)
+      throw std::invalid_argument("config: checkpoint_interval = " + std::to_string(cfg.checkpoint_interval) + ", expected >= 1");
+    if (!(cfg.rms_eps >= 0)) throw std::invalid_argument("config: rms_eps must be >= 0");
+    const std::size_t C = cfg.channels(), K = cfg.conv_taps, nv = cfg.nv;
+    expect_size("conv", p.conv.size(), C * K, "[C, K] = [" + std::to_string(C) + ", " + std::to_string(K) + "]");
+    expect_size("a_log", p.a_log.size(), nv, "[nv] = [" + std::to_string(nv) + "]");
+    expect_size("dt_bias", p.dt_bias.size(), nv, "[nv] = [" + std::to_string(nv) + "]");
+    expect_size("norm", p.norm.size(), kD, "[D] = [128]");
+  }
+
+  Variant resolve_variant(Variant v) const {
+    if (v == Variant::Subgroup)
+      throw Error("the subgroup kernel family is not built yet; use Variant::PerHead or Auto");
+    return Variant::PerHead;
+  }
+
+  Tensor upload(std::vector<std::int64_t> shape, const char* name, const std::vector<float>& data) {
+    Tensor t(ctx, std::move(shape), name);
+    t.upload(data);
+    return t;
+  }
+
+  std::unique_ptr<gpu::Buffer> buffer(const char* name, std::size_t floats) { return dev.create_buffer(name, floats * kF); }
+
+  // An interval longer than the window is the window: one segment, and scratch for T states only.
+  int interval(int T) const { return std::min(cfg.checkpoint_interval, T); }
+  int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
+
+  Push push(int B, int T, bool keep) const {
+    return Push{.nb = std::uint32_t(B), .t = std::uint32_t(T), .nv = std::uint32_t(cfg.nv), .nk = std::uint32_t(cfg.nk),
+                .c_dim = std::uint32_t(cfg.channels()), .kk = std::uint32_t(cfg.conv_taps),
+                .cs = std::uint32_t(interval(T)), .nseg = std::uint32_t(nseg(T)),
+                .keep = keep ? 1u : 0u, .eps = cfg.rms_eps};
+  }
+
+  void ensure(ForwardState& f, int B, int T, bool keep) {
+    if (f.B == B && f.T == T && f.keep == keep && f.y) return;
+    f = ForwardState{};  // frees the old buffers before allocating the new ones
+    const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, nk = cfg.nk;
+    f.y = buffer("y (conv output)", BT * cfg.channels());
+    f.qkn = buffer("qk_hat", 2 * BT * nk * kD);
+    f.nq = buffer("qk_norms", 2 * BT * nk);
+    f.gates = buffer("gates", 3 * BT * nv);
+    f.o = buffer("o (pre-norm)", BT * nv * kD);
+    f.inv = buffer("inv_rms", BT * nv);
+    // Per-head checkpoints: the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
+    const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
+    f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
+    f.B = B;
+    f.T = T;
+    f.keep = keep;
+  }
+
+  void ensure_backward(int B, int T) {
+    if (bwd.B == B && bwd.T == T && bwd.scr) return;
+    bwd = BackwardState{};
+    const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, cs = interval(T);
+    bwd.scr = buffer("replay scratch", std::size_t(B) * nv * cs * kD * kD);
+    bwd.kvs = buffer("replay kv", std::size_t(B) * nv * cs * kD);
+    bwd.dqk = buffer("dqk per v-head", 2 * BT * nv * kD);
+    bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
+    bwd.B = B;
+    bwd.T = T;
+  }
+
+  // ---- checks ----
+
+  void check_inputs(const DeviceInputs& in, int& B, int& T) const {
+    if (in.qkv.empty()) throw std::invalid_argument("qkv is an empty tensor, expected [B, T, " + std::to_string(cfg.channels()) + "]");
+    const auto& s = in.qkv.shape();
+    if (s.size() != 3 || s[2] != cfg.channels())
+      throw std::invalid_argument("qkv is " + shape_str(s) + ", expected [B, T, " + std::to_string(cfg.channels()) + "]");
+    B = int(s[0]);
+    T = int(s[1]);
+    expect_shape("z", in.z, {B, T, cfg.value_dim()});
+    expect_shape("a", in.a, {B, T, cfg.nv});
+    expect_shape("b", in.b, {B, T, cfg.nv});
+    for (const Tensor* t : {&in.qkv, &in.z, &in.a, &in.b})
+      if (t->storage().ctx.get() != ctx.get())
+        throw std::invalid_argument("tensor '" + t->name() + "' lives on another Context than the layer");
+  }
+
+  void check_tape(const Tape& tape, const TapeState* st) const {
+    if (!st || !st->fwd.y) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
+    if (st->layer_id != id) throw std::invalid_argument("tape: recorded by another layer; a tape belongs to the layer whose forward filled it");
+    (void)tape;
+  }
+
+  // ---- recording ----
+
+  template <class Body>
+  void run(Body&& body) {
+    auto intervals = dev.run([&](gpu::Recorder& r) { body(r); }, profiling);
+    timings.clear();
+    if (!profiling) return;
+    double total = 0;
+    for (auto& iv : intervals) {
+      total += iv.ms;
+      timings.push_back({iv.label, iv.ms});
+    }
+    timings.push_back({"total", total});
+  }
+
+  static gpu::BufferView v(const gpu::Buffer& b) { return {&b}; }
+  static gpu::BufferView v(const Tensor& t) { return {t.storage().buffer.get()}; }
+
+  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const ForwardState& f, int B, int T) {
+    const Push pc = push(B, T, f.keep);
+    const std::uint64_t BT = std::uint64_t(B) * T;
+    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y)}, pc, (BT * cfg.channels() + 255) / 256);
+    r.mark("conv_fwd");
+    r.dispatch(*common.qk_prep, {v(*f.y), v(*f.qkn), v(*f.nq)}, pc, BT * cfg.nk);
+    r.mark("qk_prep");
+    r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
+    r.mark("gate_prep");
+    r.dispatch(*per_head.rec_fwd,
+               {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
+               std::uint64_t(B) * cfg.nv);
+    r.mark("rec_fwd");
+  }
+
+  void record_backward(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
+    const auto& f = st.fwd;
+    const int B = f.B, T = f.T;
+    const Push pc = push(B, T, true);
+    const std::uint64_t BT = std::uint64_t(B) * T;
+    const auto& in = st.inputs;
+    r.dispatch(*per_head.rec_bwd,
+               {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
+                v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
+               pc, std::uint64_t(B) * cfg.nv);
+    r.mark("rec_bwd");
+    r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
+    r.mark("qk_bwd");
+    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, (BT * cfg.channels() + 255) / 256);
+    r.mark("conv_bwd");
+  }
+
+  // ---- the calls ----
+
+  void forward(const DeviceInputs& in, Tensor& out, Tape* tape) {
+    int B = 0, T = 0;
+    check_inputs(in, B, T);
+    const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
+    if (out.empty()) out = Tensor(ctx, out_shape, "out");
+    expect_shape("out", out, out_shape);
+    ForwardState* f = &scratch_fwd;
+    if (tape) {
+      auto& st = tape_state(*tape);
+      if (st.owns_inputs && &in != &st.inputs) st.inputs = DeviceInputs{};  // the caller's tensors replace ours
+      st.layer_id = id;
+      st.variant = variant;
+      st.inputs = in;
+      st.owns_inputs = false;
+      f = &st.fwd;
+    }
+    ensure(*f, B, T, tape != nullptr);
+    run([&](gpu::Recorder& r) { record_forward(r, in, out, *f, B, T); });
+  }
+
+  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g) {
+    const TapeState* st = tape_state_ptr(tape);
+    check_tape(tape, st);
+    const int B = st->fwd.B, T = st->fwd.T;
+    expect_shape("dout", dout, {B, T, cfg.value_dim()});
+    auto alloc = [&](Tensor& t, const char* name, std::vector<std::int64_t> shape) {
+      if (t.empty()) t = Tensor(ctx, shape, name);
+      expect_shape(name, t, shape);
+    };
+    alloc(g.dqkv, "dqkv", {B, T, cfg.channels()});
+    alloc(g.dz, "dz", {B, T, cfg.value_dim()});
+    alloc(g.da, "da", {B, T, cfg.nv});
+    alloc(g.db, "db", {B, T, cfg.nv});
+    ensure_backward(B, T);
+    run([&](gpu::Recorder& r) { record_backward(r, *st, dout, g); });
+  }
+
+  static TapeState& tape_state(Tape& t);
+  static const TapeState* tape_state_ptr(const Tape& t);
+};
+
+}  // namespace detail
+
+// ---- Tape ------------------------------------------------------------------------------------------
+
+Tape::Tape() = default;
+Tape::~Tape() = default;
+Tape::Tape(Tape&&) noexcept = default;
+Tape& Tape::operator=(Tape&&) noexcept = default;
+bool Tape::recorded() const { return state_ && state_->fwd.y; }
+int Tape::batch() const { return state_ ? state_->fwd.B : 0; }
+int Tape::tokens() const { return state_ ? state_->fwd.T : 0; }
+
+std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
+  std::vector<std::pair<std::string, std::size_t>> out;
+  if (!state_) return out;
+  const auto& f = state_->fwd;
+  for (const auto* b : {&f.y, &f.qkn, &f.nq, &f.gates, &f.o, &f.inv, &f.ck})
+    if (*b) out.emplace_back((*b)->name, (*b)->bytes);
+  if (state_->owns_inputs)
+    for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b})
+      if (!t->empty()) out.emplace_back(t->name(), std::size_t(t->numel()) * sizeof(float));
+  return out;
+}
+
+std::size_t Tape::device_bytes() const {
+  std::size_t n = 0;
+  for (const auto& [name, bytes] : buffers()) n += bytes;
+  return n;
+}
+
+detail::TapeState& detail::LayerImpl::tape_state(Tape& t) {
+  if (!t.state_) t.state_ = std::make_unique<TapeState>();
+  return *t.state_;
+}
+const detail::TapeState* detail::LayerImpl::tape_state_ptr(const Tape& t) { return t.state_.get(); }
+
+// ---- Layer -----------------------------------------------------------------------------------------
+
+Layer::Layer(std::shared_ptr<Context> ctx, const Config& config, const Params& params) {
+  if (!ctx) throw std::invalid_argument("Layer: no context");
+  impl_ = std::make_unique<detail::LayerImpl>(std::move(ctx), config, params);
+}
+Layer::~Layer() = default;
+
+const Config& Layer::config() const { return impl_->cfg; }
+Variant Layer::variant() const { return impl_->variant; }
+Context& Layer::context() const { return *impl_->ctx; }
+void Layer::set_profiling(bool on) { impl_->profiling = on; }
+const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timings; }
+
+std::size_t Layer::workspace_bytes() const {
+  const auto& m = *impl_;
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes();
+  for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
+                          &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
+                          &m.host_grads.da, &m.host_grads.db})
+    n += std::size_t(t->numel()) * sizeof(float);
+  return n;
+}
+
+void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape) { impl_->forward(in, out, tape); }
+
+void Layer::backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads) { impl_->backward(tape, dout, grads); }
+
+namespace {
+/// Reuses `t` when it already has `shape`, else allocates.
+void reuse(Tensor& t, const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name) {
+  if (t.empty() || t.shape() != shape) t = Tensor(ctx, std::move(shape), name);
+}
+}  // namespace
+
+std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, Tape* tape) {
+  auto& m = *impl_;
+  if (batch < 1 || tokens < 1)
+    throw std::invalid_argument("forward: batch = " + std::to_string(batch) + " and tokens = " + std::to_string(tokens) +
+                                " must both be >= 1");
+  const std::size_t BT = std::size_t(batch) * tokens;
+  const std::string bt = std::to_string(batch) + ", " + std::to_string(tokens) + ", ";
+  detail::expect_size("qkv", in.qkv.size(), BT * m.cfg.channels(), "[B, T, C] = [" + bt + std::to_string(m.cfg.channels()) + "]");
+  detail::expect_size("z", in.z.size(), BT * m.cfg.value_dim(), "[B, T, nv*D] = [" + bt + std::to_string(m.cfg.value_dim()) + "]");
+  detail::expect_size("a", in.a.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
+  detail::expect_size("b", in.b.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
+  // A tape of the host API owns device copies of the inputs (its backward reads them).
+  DeviceInputs* dst = &m.host_in;
+  if (tape) {
+    auto& st = detail::LayerImpl::tape_state(*tape);
+    if (!st.owns_inputs) st.inputs = DeviceInputs{};
+    st.owns_inputs = true;
+    dst = &st.inputs;
+  }
+  const std::int64_t B = batch, T = tokens;
+  reuse(dst->qkv, m.ctx, {B, T, m.cfg.channels()}, "qkv");
+  reuse(dst->z, m.ctx, {B, T, m.cfg.value_dim()}, "z");
+  reuse(dst->a, m.ctx, {B, T, m.cfg.nv}, "a");
+  reuse(dst->b, m.ctx, {B, T, m.cfg.nv}, "b");
+  dst->qkv.upload(in.qkv);
+  dst->z.upload(in.z);
+  dst->a.upload(in.a);
+  dst->b.upload(in.b);
+  reuse(m.host_out, m.ctx, {B, T, m.cfg.value_dim()}, "out");
+  if (tape) {
+    auto& st = detail::LayerImpl::tape_state(*tape);
+    const DeviceInputs owned = st.inputs;  // forward() stores the inputs into the tape again
+    m.forward(owned, m.host_out, tape);
+    st.owns_inputs = true;
+  } else {
+    m.forward(*dst, m.host_out, nullptr);
+  }
+  return m.host_out.download();
+}
+
+HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
+  auto& m = *impl_;
+  const auto* st = detail::LayerImpl::tape_state_ptr(tape);
+  m.check_tape(tape, st);
+  const std::int64_t B = st->fwd.B, T = st->fwd.T;
+  detail::expect_size("dout", dout.size(), std::size_t(B * T) * m.cfg.value_dim(),
+                      "[B, T, nv*D] = [" + std::to_string(B) + ", " + std::to_string(T) + ", " +
+                          std::to_string(m.cfg.value_dim()) + "]");
+  reuse(m.host_dout, m.ctx, {B, T, m.cfg.value_dim()}, "dout");
+  m.host_dout.upload(dout);
+  auto& g = m.host_grads;
+  reuse(g.dqkv, m.ctx, {B, T, m.cfg.channels()}, "dqkv");
+  reuse(g.dz, m.ctx, {B, T, m.cfg.value_dim()}, "dz");
+  reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
+  reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
+  m.backward(tape, m.host_dout, g);
+  return HostGrads{g.dqkv.download(), g.dz.download(), g.da.download(), g.db.download()};
+}
+
+}  // namespace gdn

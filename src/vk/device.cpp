@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: MIT
+#include "vk/device.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "gdn/error.hpp"
+
+namespace gdn::gpu {
+namespace {
+
+constexpr std::size_t kStagingChunk = std::size_t{64} << 20;  // bounds host-visible memory per transfer
+constexpr std::uint32_t kMaxSetsPerRun = 512;
+constexpr std::uint32_t kMaxBindingsPerSet = 24;
+constexpr std::uint32_t kMaxTimestamps = 256;
+
+std::string bytes_str(std::uint64_t b) {
+  char buf[64];
+  if (b >= (std::uint64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1u << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1u << 20));
+  return buf;
+}
+
+std::string version_str(std::uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
+}
+
+std::string type_str(vk::PhysicalDeviceType t) {
+  switch (t) {
+    case vk::PhysicalDeviceType::eDiscreteGpu: return "discrete";
+    case vk::PhysicalDeviceType::eIntegratedGpu: return "integrated";
+    case vk::PhysicalDeviceType::eVirtualGpu: return "virtual";
+    case vk::PhysicalDeviceType::eCpu: return "cpu";
+    default: return "other";
+  }
+}
+
+int type_rank(vk::PhysicalDeviceType t) {  // lower is preferred
+  switch (t) {
+    case vk::PhysicalDeviceType::eDiscreteGpu: return 0;
+    case vk::PhysicalDeviceType::eIntegratedGpu: return 1;
+    case vk::PhysicalDeviceType::eVirtualGpu: return 2;
+    case vk::PhysicalDeviceType::eCpu: return 3;
+    default: return 4;
+  }
+}
+
+std::optional<std::uint32_t> compute_family(const vk::raii::PhysicalDevice& pd) {
+  auto families = pd.getQueueFamilyProperties();
+  std::optional<std::uint32_t> any;
+  for (std::uint32_t i = 0; i < families.size(); ++i) {
+    if (!(families[i].queueFlags & vk::QueueFlagBits::eCompute)) continue;
+    if (families[i].timestampValidBits > 0) return i;  // prefer a family that can time itself
+    if (!any) any = i;
+  }
+  return any;
+}
+
+DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
+  DeviceInfo info;
+  info.index = index;
+  const auto props = pd.getProperties();
+  const bool v13 = props.apiVersion >= VK_API_VERSION_1_3;
+  info.name = props.deviceName.data();
+  info.type = type_str(props.deviceType);
+  info.api_version = version_str(props.apiVersion);
+  info.max_storage_buffer_range = props.limits.maxStorageBufferRange;
+  info.max_shared_memory = props.limits.maxComputeSharedMemorySize;
+  for (int i = 0; i < 3; ++i) info.max_workgroup_count[i] = props.limits.maxComputeWorkGroupCount[i];
+  info.max_workgroup_invocations = props.limits.maxComputeWorkGroupInvocations;
+
+  vk::PhysicalDeviceSubgroupProperties sg{};
+  vk::PhysicalDeviceSubgroupSizeControlProperties sgc{};
+  vk::PhysicalDeviceDriverProperties drv{};
+  vk::PhysicalDeviceProperties2 p2{.pNext = &sg};
+  sg.pNext = &drv;
+  if (v13) drv.pNext = &sgc;  // core in 1.3; older devices are asked nothing they may not know
+  pd.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*pd),
+                                                     reinterpret_cast<VkPhysicalDeviceProperties2*>(&p2));
+  info.driver = std::string(drv.driverName.data()) + " " + drv.driverInfo.data();
+  info.subgroup_size = sg.subgroupSize;
+  info.min_subgroup_size = v13 ? sgc.minSubgroupSize : sg.subgroupSize;
+  info.max_subgroup_size = v13 ? sgc.maxSubgroupSize : sg.subgroupSize;
+  const auto need_ops = vk::SubgroupFeatureFlagBits::eBasic | vk::SubgroupFeatureFlagBits::eShuffle |
+                        vk::SubgroupFeatureFlagBits::eShuffleRelative | vk::SubgroupFeatureFlagBits::eArithmetic;
+  info.subgroup_shuffle = (sg.supportedStages & vk::ShaderStageFlagBits::eCompute) &&
+                          (sg.supportedOperations & need_ops) == need_ops;
+  if (v13) {
+    auto feats = pd.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDeviceVulkan13Features>();
+    const auto& f13 = feats.get<vk::PhysicalDeviceVulkan13Features>();
+    info.subgroup_size_control = f13.subgroupSizeControl && f13.computeFullSubgroups &&
+                                 (sgc.requiredSubgroupSizeStages & vk::ShaderStageFlagBits::eCompute);
+  }
+  if (auto fam = compute_family(pd)) {
+    if (pd.getQueueFamilyProperties()[*fam].timestampValidBits > 0 && props.limits.timestampComputeAndGraphics)
+      info.timestamp_period_ns = props.limits.timestampPeriod;
+  }
+  const auto mem = pd.getMemoryProperties();
+  for (std::uint32_t h = 0; h < mem.memoryHeapCount; ++h)
+    if (mem.memoryHeaps[h].flags & vk::MemoryHeapFlagBits::eDeviceLocal)
+      info.device_local_heaps.push_back(mem.memoryHeaps[h].size);
+  return info;
+}
+
+VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                VkDebugUtilsMessageTypeFlagsEXT,
+                                                const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
+  if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+    auto* sink = static_cast<std::function<void(std::string_view)>*>(user);
+    const char* msg = data && data->pMessage ? data->pMessage : "(no message)";
+    if (sink && *sink)
+      (*sink)(msg);
+    else
+      std::fprintf(stderr, "gdn: Vulkan validation error: %s\n", msg);
+  }
+  return VK_FALSE;
+}
+
+bool has_layer(const vk::raii::Context& ctx, const char* name) {
+  for (const auto& l : ctx.enumerateInstanceLayerProperties())
+    if (std::strcmp(l.layerName.data(), name) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+// ---- enumeration and choice ----------------------------------------------------------------------
+
+std::vector<DeviceInfo> Device::enumerate() {
+  vk::raii::Context ctx;
+  vk::ApplicationInfo app{.pApplicationName = "gdn", .apiVersion = VK_API_VERSION_1_3};
+  vk::raii::Instance inst(ctx, vk::InstanceCreateInfo{.pApplicationInfo = &app});
+  std::vector<DeviceInfo> out;
+  std::uint32_t i = 0;
+  for (const auto& pd : inst.enumeratePhysicalDevices()) out.push_back(read_info(pd, i++));
+  return out;
+}
+
+Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validation_error) {
+  try {
+    vk::ApplicationInfo app{.pApplicationName = "gdn", .apiVersion = VK_API_VERSION_1_3};
+    std::vector<const char*> layers, extensions;
+    const char* kValidation = "VK_LAYER_KHRONOS_validation";
+    const bool validate = opts.validate && has_layer(context_, kValidation);
+    if (opts.validate && !validate)
+      std::fprintf(stderr, "gdn: validation asked for, but %s is not installed\n", kValidation);
+    if (validate) {
+      layers.push_back(kValidation);
+      extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    }
+    instance_ = vk::raii::Instance(context_, vk::InstanceCreateInfo{
+                                                 .pApplicationInfo = &app,
+                                                 .enabledLayerCount = std::uint32_t(layers.size()),
+                                                 .ppEnabledLayerNames = layers.data(),
+                                                 .enabledExtensionCount = std::uint32_t(extensions.size()),
+                                                 .ppEnabledExtensionNames = extensions.data()});
+    if (validate) {
+      using S = vk::DebugUtilsMessageSeverityFlagBitsEXT;
+      using T = vk::DebugUtilsMessageTypeFlagBitsEXT;
+      messenger_ = vk::raii::DebugUtilsMessengerEXT(
+          instance_, vk::DebugUtilsMessengerCreateInfoEXT{
+                         .messageSeverity = S::eError | S::eWarning,
+                         .messageType = T::eValidation | T::eGeneral | T::ePerformance,
+                         .pfnUserCallback = &on_debug_message,
+                         .pUserData = &on_validation_error_});
+    }
+
+    // Device choice: GDN_DEVICE-style selector (index or name substring), else the best type.
+    auto pds = instance_.enumeratePhysicalDevices();
+    if (pds.empty()) throw Error("no Vulkan device found (install a driver, e.g. mesa-vulkan-drivers)");
+    std::vector<DeviceInfo> infos;
+    for (std::uint32_t i = 0; i < pds.size(); ++i) infos.push_back(read_info(pds[i], i));
+    std::optional<std::size_t> pick;
+    if (!opts.select.empty()) {
+      const bool numeric = std::all_of(opts.select.begin(), opts.select.end(), ::isdigit);
+      for (std::size_t i = 0; i < infos.size() && !pick; ++i)
+        if (numeric ? std::to_string(i) == opts.select : infos[i].name.find(opts.select) != std::string::npos)
+          pick = i;
+      if (!pick) {
+        std::string names;
+        for (const auto& d : infos) names += "\n  " + std::to_string(d.index) + ": " + d.name;
+        throw Error("no Vulkan device matches '" + opts.select + "'; devices:" + names);
+      }
+    } else {
+      for (std::size_t i = 0; i < infos.size(); ++i) {
+        if (!compute_family(pds[i])) continue;
+        if (!pick || type_rank(pds[i].getProperties().deviceType) < type_rank(pds[*pick].getProperties().deviceType))
+          pick = i;
+      }
+      if (!pick) throw Error("no Vulkan device has a compute queue");
+    }
+    physical_ = std::move(pds[*pick]);
+    info_ = infos[*pick];
+    if (physical_.getProperties().apiVersion < VK_API_VERSION_1_2)
+      throw Error("device '" + info_.name + "' speaks Vulkan " + info_.api_version + "; gdn needs 1.2 or newer");
+    auto fam = compute_family(physical_);
+    if (!fam) throw Error("device '" + info_.name + "' has no compute queue");
+    queue_family_ = *fam;
+    memory_props_ = physical_.getMemoryProperties();
+
+    // Features: subgroup size control where the device has it (the column-split kernels pin their
+    // subgroup size with it); nothing else beyond core 1.2.
+    const float priority = 1.0f;
+    vk::DeviceQueueCreateInfo qci{.queueFamilyIndex = queue_family_, .queueCount = 1, .pQueuePriorities = &priority};
+    vk::PhysicalDeviceVulkan13Features f13{.subgroupSizeControl = info_.subgroup_size_control,
+                                           .computeFullSubgroups = info_.subgroup_size_control};
+    vk::PhysicalDeviceFeatures2 f2{};
+    if (physical_.getProperties().apiVersion >= VK_API_VERSION_1_3) f2.pNext = &f13;
+    device_ = vk::raii::Device(physical_, vk::DeviceCreateInfo{.pNext = &f2, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci});
+    queue_ = device_.getQueue(queue_family_, 0);
+    command_pool_ = vk::raii::CommandPool(
+        device_, {.flags = vk::CommandPoolCreateFlagBits::eResetCommandBuffer, .queueFamilyIndex = queue_family_});
+    cmd_ = std::move(vk::raii::CommandBuffers(device_, {.commandPool = *command_pool_,
+                                                        .level = vk::CommandBufferLevel::ePrimary,
+                                                        .commandBufferCount = 1})
+                         .front());
+    fence_ = vk::raii::Fence(device_, vk::FenceCreateInfo{});
+    vk::DescriptorPoolSize ps{.type = vk::DescriptorType::eStorageBuffer, .descriptorCount = kMaxSetsPerRun * kMaxBindingsPerSet};
+    descriptor_pool_ = vk::raii::DescriptorPool(
+        device_, {.flags = vk::DescriptorPoolCreateFlagBits::eFreeDescriptorSet, .maxSets = kMaxSetsPerRun,
+                  .poolSizeCount = 1, .pPoolSizes = &ps});
+    pipeline_cache_ = vk::raii::PipelineCache(device_, vk::PipelineCacheCreateInfo{});
+    if (info_.timestamp_period_ns > 0)
+      query_pool_ = vk::raii::QueryPool(device_, {.queryType = vk::QueryType::eTimestamp, .queryCount = kMaxTimestamps});
+  } catch (const vk::SystemError& e) {
+    throw Error(std::string("Vulkan initialisation failed: ") + e.what());
+  }
+}
+
+Device::~Device() {
+  if (*device_) device_.waitIdle();
+}
+
+// ---- buffers ---------------------------------------------------------------------------------------
+
+std::uint32_t Device::memory_type(std::uint32_t type_bits, vk::MemoryPropertyFlags want) const {
+  for (std::uint32_t i = 0; i < memory_props_.memoryTypeCount; ++i)
+    if ((type_bits & (1u << i)) && (memory_props_.memoryTypes[i].propertyFlags & want) == want) return i;
+  return UINT32_MAX;
+}
+
+std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t bytes) {
+  bytes = std::max<std::size_t>(bytes, 4);
+  if (bytes > info_.max_storage_buffer_range)
+    throw Error("buffer '" + name + "' needs " + bytes_str(bytes) + " (" + std::to_string(bytes) +
+                " bytes), over this device's maxStorageBufferRange of " + bytes_str(info_.max_storage_buffer_range) +
+                "; use fewer windows (B) or tokens (T) per call");
+  auto b = std::make_unique<Buffer>();
+  b->name = std::move(name);
+  b->bytes = bytes;
+  try {
+    b->buffer = vk::raii::Buffer(device_, {.size = bytes,
+                                           .usage = vk::BufferUsageFlagBits::eStorageBuffer |
+                                                    vk::BufferUsageFlagBits::eTransferSrc |
+                                                    vk::BufferUsageFlagBits::eTransferDst});
+    const auto req = b->buffer.getMemoryRequirements();
+    std::uint32_t type = memory_type(req.memoryTypeBits, vk::MemoryPropertyFlagBits::eDeviceLocal);
+    if (type == UINT32_MAX) type = memory_type(req.memoryTypeBits, {});
+    const auto heap = memory_props_.memoryTypes[type].heapIndex;
+    const auto heap_size = memory_props_.memoryHeaps[heap].size;
+    if (req.size + allocated_ > heap_size)
+      throw Error("buffer '" + b->name + "' needs " + bytes_str(req.size) + " but memory heap " +
+                  std::to_string(heap) + " holds " + bytes_str(heap_size) + " and gdn already uses " +
+                  bytes_str(allocated_) + "; use fewer windows (B) or tokens (T), or a larger checkpoint interval");
+    b->memory = vk::raii::DeviceMemory(device_, {.allocationSize = req.size, .memoryTypeIndex = type});
+    b->buffer.bindMemory(*b->memory, 0);
+    allocated_ += req.size;
+  } catch (const vk::SystemError& e) {
+    throw Error("cannot allocate buffer '" + b->name + "' (" + bytes_str(bytes) + "): " + e.what() +
+                " (gdn holds " + bytes_str(allocated_) + " on this device)");
+  }
+  return b;
+}
+
+struct Device::Staging {
+  vk::raii::Buffer buffer = nullptr;
+  vk::raii::DeviceMemory memory = nullptr;
+  void* map = nullptr;
+};
+
+void Device::copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
+                  std::size_t bytes) {
+  cmd_.reset();
+  cmd_.begin({.flags = vk::CommandBufferUsageFlagBits::eOneTimeSubmit});
+  cmd_.copyBuffer(src, dst, vk::BufferCopy{.srcOffset = src_off, .dstOffset = dst_off, .size = bytes});
+  cmd_.end();
+  vk::CommandBuffer raw = *cmd_;
+  queue_.submit(vk::SubmitInfo{.commandBufferCount = 1, .pCommandBuffers = &raw}, *fence_);
+  if (device_.waitForFences(*fence_, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess) throw Error("transfer did not finish");
+  device_.resetFences(*fence_);
+}
+
+namespace {
+template <class Fn>
+void staged(vk::raii::Device& device, const vk::PhysicalDeviceMemoryProperties& mp, std::size_t bytes, Fn&& fn) {
+  const std::size_t chunk = std::min(bytes, kStagingChunk);
+  vk::raii::Buffer buf(device, {.size = chunk,
+                                .usage = vk::BufferUsageFlagBits::eTransferSrc | vk::BufferUsageFlagBits::eTransferDst});
+  const auto req = buf.getMemoryRequirements();
+  const auto want = vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent;
+  std::uint32_t type = UINT32_MAX;
+  for (std::uint32_t i = 0; i < mp.memoryTypeCount && type == UINT32_MAX; ++i)
+    if ((req.memoryTypeBits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) type = i;
+  if (type == UINT32_MAX) throw Error("no host-visible memory for staging transfers");
+  vk::raii::DeviceMemory mem(device, {.allocationSize = req.size, .memoryTypeIndex = type});
+  buf.bindMemory(*mem, 0);
+  void* map = mem.mapMemory(0, chunk);
+  for (std::size_t done = 0; done < bytes; done += chunk) fn(*buf, map, done, std::min(chunk, bytes - done));
+  mem.unmapMemory();
+}
+}  // namespace
+
+void Device::upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset) {
+  if (offset + src.size() > dst.bytes)
+    throw std::out_of_range("upload of " + std::to_string(src.size()) + " bytes at " + std::to_string(offset) +
+                            " overruns buffer '" + dst.name + "' of " + std::to_string(dst.bytes));
+  if (src.empty()) return;
+  try {
+    staged(device_, memory_props_, src.size(), [&](vk::Buffer stage, void* map, std::size_t at, std::size_t n) {
+      std::memcpy(map, src.data() + at, n);
+      copy(stage, *dst.buffer, 0, offset + at, n);
+    });
+  } catch (const vk::SystemError& e) {
+    throw Error("upload to '" + dst.name + "' failed: " + e.what());
+  }
+}
+
+void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t offset) {
+  if (offset + dst.size() > src.bytes)
+    throw std::out_of_range("download of " + std::to_string(dst.size()) + " bytes at " + std::to_string(offset) +
+                            " overruns buffer '" + src.name + "' of " + std::to_string(src.bytes));
+  if (dst.empty()) return;
+  try {
+    staged(device_, memory_props_, dst.size(), [&](vk::Buffer stage, void* map, std::size_t at, std::size_t n) {
+      copy(*src.buffer, stage, offset + at, 0, n);
+      std::memcpy(dst.data() + at, map, n);
+    });
+  } catch (const vk::SystemError& e) {
+    throw Error("download from '" + src.name + "' failed: " + e.what());
+  }
+}
+
+// ---- pipelines -------------------------------------------------------------------------------------
+
+std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
+  if (d.bindings > kMaxBindingsPerSet) throw std::logic_error("pipeline " + d.name + ": too many bindings");
+  if (d.shared_bytes > info_.max_shared_memory)
+    throw Error("pipeline " + d.name + " needs " + std::to_string(d.shared_bytes) + " bytes of shared memory; device '" +
+                info_.name + "' has " + std::to_string(info_.max_shared_memory) +
+                " (maxComputeSharedMemorySize); a smaller checkpoint interval needs less");
+  auto p = std::make_unique<Pipeline>();
+  p->name = d.name;
+  p->bindings = d.bindings;
+  p->push_constant_bytes = d.push_constant_bytes;
+  try {
+    vk::raii::ShaderModule module(device_, {.codeSize = d.spirv.size_bytes(), .pCode = d.spirv.data()});
+    std::vector<vk::DescriptorSetLayoutBinding> binds(d.bindings);
+    for (std::uint32_t i = 0; i < d.bindings; ++i)
+      binds[i] = {.binding = i, .descriptorType = vk::DescriptorType::eStorageBuffer, .descriptorCount = 1,
+                  .stageFlags = vk::ShaderStageFlagBits::eCompute};
+    p->set_layout = vk::raii::DescriptorSetLayout(device_, {.bindingCount = d.bindings, .pBindings = binds.data()});
+    vk::PushConstantRange range{.stageFlags = vk::ShaderStageFlagBits::eCompute, .offset = 0, .size = d.push_constant_bytes};
+    vk::DescriptorSetLayout set = *p->set_layout;
+    p->layout = vk::raii::PipelineLayout(device_, {.setLayoutCount = 1, .pSetLayouts = &set,
+                                                   .pushConstantRangeCount = d.push_constant_bytes ? 1u : 0u,
+                                                   .pPushConstantRanges = &range});
+    std::vector<vk::SpecializationMapEntry> entries(d.spec.size());
+    for (std::uint32_t i = 0; i < d.spec.size(); ++i)
+      entries[i] = vk::SpecializationMapEntry{.constantID = i, .offset = 4 * i, .size = 4};
+    vk::SpecializationInfo spec{.mapEntryCount = std::uint32_t(entries.size()), .pMapEntries = entries.data(),
+                                .dataSize = d.spec.size() * 4, .pData = d.spec.data()};
+    vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo req{.requiredSubgroupSize = d.required_subgroup_size};
+    vk::PipelineShaderStageCreateInfo stage{.stage = vk::ShaderStageFlagBits::eCompute, .module = *module,
+                                            .pName = "main", .pSpecializationInfo = &spec};
+    if (d.required_subgroup_size || d.full_subgroups) {
+      if (info_.subgroup_size_control) {
+        if (d.required_subgroup_size) stage.pNext = &req;
+        if (d.full_subgroups) stage.flags |= vk::PipelineShaderStageCreateFlagBits::eRequireFullSubgroups;
+      } else if (d.required_subgroup_size &&
+                 !(info_.min_subgroup_size == d.required_subgroup_size && info_.max_subgroup_size == d.required_subgroup_size)) {
+        throw Error("pipeline " + d.name + " needs subgroups of " + std::to_string(d.required_subgroup_size) +
+                    " and device '" + info_.name + "' cannot fix the subgroup size");
+      }
+    }
+    p->pipeline = vk::raii::Pipeline(device_, pipeline_cache_, vk::ComputePipelineCreateInfo{.stage = stage, .layout = *p->layout});
+  } catch (const vk::SystemError& e) {
+    throw Error("cannot build pipeline " + d.name + ": " + e.what());
+  }
+  return p;
+}
+
+std::vector<std::uint8_t> Device::pipeline_cache_data() const { return pipeline_cache_.getData(); }
+
+// ---- recording and submission ---------------------------------------------------------------------
+
+void Recorder::barrier() {
+  vk::MemoryBarrier mb{.srcAccessMask = vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
+                       .dstAccessMask = vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite |
+                                        vk::AccessFlagBits::eTransferRead | vk::AccessFlagBits::eTransferWrite};
+  cmd_.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+                       vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
+}
+
+void Recorder::dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const void* push,
+                        std::size_t push_bytes, std::uint64_t groups) {
+  // The pipeline's interface, checked against what is passed (the C++ and GLSL sides are written twice).
+  if (views.size() != p.bindings)
+    throw std::logic_error("dispatch " + p.name + ": " + std::to_string(views.size()) + " buffers for " +
+                           std::to_string(p.bindings) + " bindings");
+  if (push_bytes != p.push_constant_bytes)
+    throw std::logic_error("dispatch " + p.name + ": " + std::to_string(push_bytes) + " push-constant bytes for " +
+                           std::to_string(p.push_constant_bytes));
+  if (groups == 0) return;
+  const auto& info = dev_.info_;
+  const std::uint64_t gx = std::min<std::uint64_t>(groups, info.max_workgroup_count[0]);
+  const std::uint64_t gy = (groups + gx - 1) / gx;
+  if (gy > info.max_workgroup_count[1])
+    throw Error("dispatch " + p.name + " needs " + std::to_string(groups) + " workgroups, over the device's " +
+                std::to_string(info.max_workgroup_count[0]) + " x " + std::to_string(info.max_workgroup_count[1]));
+
+  vk::DescriptorSetLayout layout = *p.set_layout;
+  auto sets = dev_.device_.allocateDescriptorSets({.descriptorPool = *dev_.descriptor_pool_, .descriptorSetCount = 1,
+                                                   .pSetLayouts = &layout});
+  std::vector<vk::DescriptorBufferInfo> infos;
+  infos.reserve(views.size());
+  for (const auto& v : views) {
+    const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
+    infos.push_back({.buffer = *v.buffer->buffer, .offset = v.offset, .range = range});
+  }
+  std::vector<vk::WriteDescriptorSet> writes(infos.size());
+  for (std::uint32_t i = 0; i < infos.size(); ++i)
+    writes[i] = {.dstSet = *sets.front(), .dstBinding = i, .descriptorCount = 1,
+                 .descriptorType = vk::DescriptorType::eStorageBuffer, .pBufferInfo = &infos[i]};
+  dev_.device_.updateDescriptorSets(writes, {});
+  cmd_.bindPipeline(vk::PipelineBindPoint::eCompute, *p.pipeline);
+  cmd_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *p.layout, 0, *sets.front(), {});
+  if (push_bytes)
+    cmd_.pushConstants<std::byte>(*p.layout, vk::ShaderStageFlagBits::eCompute, 0,
+                                  std::span(static_cast<const std::byte*>(push), push_bytes));
+  cmd_.dispatch(std::uint32_t(gx), std::uint32_t(gy), 1);
+  sets_.push_back(std::move(sets.front()));  // freed once the run has finished
+  barrier();
+}
+
+void Recorder::fill(const Buffer& b, std::uint32_t word) {
+  cmd_.fillBuffer(*b.buffer, 0, VK_WHOLE_SIZE, word);
+  barrier();
+}
+
+void Recorder::mark(std::string label) {
+  if (!dev_.timing_) return;
+  if (dev_.timestamps_used_ >= kMaxTimestamps) throw std::logic_error("too many timestamp marks in one run");
+  cmd_.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *dev_.query_pool_, dev_.timestamps_used_++);
+  labels_.push_back(std::move(label));
+}
+
+std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
+  if (timed && !*query_pool_) throw Error("device '" + info_.name + "' has no timestamp queries on its compute queue");
+  Recorder rec(*this, cmd_);
+  std::vector<Interval> out;
+  try {
+    cmd_.reset();
+    cmd_.begin({.flags = vk::CommandBufferUsageFlagBits::eOneTimeSubmit});
+    timing_ = timed;
+    timestamps_used_ = 0;
+    if (timed) {
+      cmd_.resetQueryPool(*query_pool_, 0, kMaxTimestamps);
+      cmd_.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, *query_pool_, timestamps_used_++);
+    }
+    body(rec);
+    cmd_.end();
+    vk::CommandBuffer raw = *cmd_;
+    queue_.submit(vk::SubmitInfo{.commandBufferCount = 1, .pCommandBuffers = &raw}, *fence_);
+    if (device_.waitForFences(*fence_, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
+      throw Error("GPU work did not finish");
+    device_.resetFences(*fence_);
+    if (timed && timestamps_used_ > 1) {
+      std::vector<std::uint64_t> ts(timestamps_used_);
+      const auto r = query_pool_.getResults<std::uint64_t>(0, timestamps_used_, ts.size() * 8, 8,
+                                                            vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
+      if (r.first != vk::Result::eSuccess) throw Error("timestamp queries did not return");
+      for (std::size_t i = 1; i < ts.size(); ++i)
+        out.push_back({rec.labels_[i - 1], double(ts[i] - ts[i - 1]) * info_.timestamp_period_ns * 1e-6});
+    }
+  } catch (const vk::SystemError& e) {
+    timing_ = false;
+    throw Error(std::string("GPU submission failed: ") + e.what());
+  } catch (...) {
+    timing_ = false;
+    throw;
+  }
+  timing_ = false;
+  return out;
+}
+
+}  // namespace gdn::gpu

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+// A small Vulkan compute wrapper (vulkan-hpp RAII handles). It knows nothing of GatedDeltaNet:
+// it picks a device, owns device-local buffers with staged transfers, builds compute pipelines
+// (specialization constants, subgroup size control, one pipeline cache), and records dispatches
+// with barriers and timestamp queries. Internal to the library: users never include vulkan.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <vulkan/vulkan_raii.hpp>
+
+#include "gdn/device_info.hpp"
+
+namespace gdn::gpu {
+
+struct DeviceOptions {
+  /// Index or name substring (GDN_DEVICE); empty: discrete GPU, then integrated, then CPU.
+  std::string select;
+  /// Enable VK_LAYER_KHRONOS_validation and route its errors to on_validation_error.
+  bool validate = false;
+  std::function<void(std::string_view)> on_validation_error;
+};
+
+/// A device-local storage buffer. Owned by the Device that made it; keep the Device alive.
+struct Buffer {
+  std::string name;
+  std::size_t bytes = 0;
+  vk::raii::Buffer buffer = nullptr;
+  vk::raii::DeviceMemory memory = nullptr;
+};
+
+/// A view of a buffer bound to one storage binding.
+struct BufferView {
+  const Buffer* buffer = nullptr;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;  // 0: to the end of the buffer
+};
+
+struct PipelineDesc {
+  std::string name;
+  std::span<const std::uint32_t> spirv;
+  std::uint32_t bindings = 0;             // storage buffers at set 0, bindings 0..n-1
+  std::uint32_t push_constant_bytes = 0;
+  std::vector<std::uint32_t> spec;        // specialization constants, constant_id = index
+  std::uint32_t required_subgroup_size = 0;  // 0: the driver's choice
+  bool full_subgroups = false;            // every subgroup of a workgroup full (needs local_size_x % size == 0)
+  std::uint32_t shared_bytes = 0;         // the shader's shared memory, checked against the device
+};
+
+/// A compute pipeline and what a dispatch must match.
+struct Pipeline {
+  std::string name;
+  std::uint32_t bindings = 0;
+  std::uint32_t push_constant_bytes = 0;
+  vk::raii::DescriptorSetLayout set_layout = nullptr;
+  vk::raii::PipelineLayout layout = nullptr;
+  vk::raii::Pipeline pipeline = nullptr;
+};
+
+class Device;
+
+/// Records one submission: dispatches with a barrier after each, and named timestamps.
+class Recorder {
+ public:
+  /// Dispatches `groups` workgroups, folded into (x, y) under maxComputeWorkGroupCount[0]; the kernel
+  /// reconstructs its linear id as gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x and
+  /// returns for ids >= groups.
+  void dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const void* push,
+                std::size_t push_bytes, std::uint64_t groups);
+  template <class Push>
+  void dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const Push& push,
+                std::uint64_t groups) {
+    dispatch(p, views, &push, sizeof(Push), groups);
+  }
+  /// Fills a buffer with a 32-bit pattern (e.g. NaN poison in tests, zero accumulators).
+  void fill(const Buffer& b, std::uint32_t word);
+  /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`.
+  void mark(std::string label);
+
+ private:
+  friend class Device;
+  Recorder(Device& d, vk::raii::CommandBuffer& cmd) : dev_(d), cmd_(cmd) {}
+  void barrier();
+  Device& dev_;
+  vk::raii::CommandBuffer& cmd_;
+  std::vector<std::string> labels_;
+  std::vector<vk::raii::DescriptorSet> sets_;  // live until the submission has finished
+};
+
+struct Interval {
+  std::string label;
+  double ms = 0;
+};
+
+class Device {
+ public:
+  explicit Device(const DeviceOptions& opts);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  /// Every physical device the loader sees, in enumeration order.
+  static std::vector<DeviceInfo> enumerate();
+
+  const DeviceInfo& info() const { return info_; }
+
+  /// A device-local storage buffer; refuses sizes over maxStorageBufferRange or the heap with a
+  /// gdn::Error naming the buffer, its size and the limit.
+  std::unique_ptr<Buffer> create_buffer(std::string name, std::size_t bytes);
+  void upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset = 0);
+  void download(const Buffer& src, std::span<std::byte> dst, std::size_t offset = 0);
+
+  std::unique_ptr<Pipeline> create_pipeline(const PipelineDesc& desc);
+
+  /// Records with `body`, submits, waits. With `timed`, returns the intervals between marks measured
+  /// with GPU timestamp queries (the first interval starts at the beginning of the submission).
+  std::vector<Interval> run(const std::function<void(Recorder&)>& body, bool timed = false);
+
+  /// Bytes held by buffers of this device.
+  std::size_t allocated_bytes() const { return allocated_; }
+
+  /// The pipeline cache's contents (to save across runs).
+  std::vector<std::uint8_t> pipeline_cache_data() const;
+
+ private:
+  friend class Recorder;
+  struct Staging;
+  void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
+            std::size_t bytes);
+  std::uint32_t memory_type(std::uint32_t type_bits, vk::MemoryPropertyFlags want) const;
+
+  vk::raii::Context context_;
+  vk::raii::Instance instance_ = nullptr;
+  vk::raii::DebugUtilsMessengerEXT messenger_ = nullptr;
+  vk::raii::PhysicalDevice physical_ = nullptr;
+  vk::raii::Device device_ = nullptr;
+  vk::raii::Queue queue_ = nullptr;
+  vk::raii::CommandPool command_pool_ = nullptr;
+  vk::raii::CommandBuffer cmd_ = nullptr;
+  vk::raii::Fence fence_ = nullptr;
+  vk::raii::DescriptorPool descriptor_pool_ = nullptr;
+  vk::raii::PipelineCache pipeline_cache_ = nullptr;
+  vk::raii::QueryPool query_pool_ = nullptr;
+  std::uint32_t queue_family_ = 0;
+  std::uint32_t descriptor_sets_used_ = 0;
+  std::uint32_t timestamps_used_ = 0;
+  bool timing_ = false;
+  DeviceInfo info_;
+  vk::PhysicalDeviceMemoryProperties memory_props_{};
+  std::size_t allocated_ = 0;
+  std::function<void(std::string_view)> on_validation_error_;
+};
+
+}  // namespace gdn::gpu

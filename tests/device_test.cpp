@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+// The device against the float64 reference: out, dqkv, dz, da, db for both kernel families at
+// shapes that exercise rep = nv/nk of 1 and 3, several windows, T = 1, T not a multiple of the
+// checkpoint interval, many segments, and intervals of 1, 2, 8 and one larger than T.
+//
+// Tolerance: relative L2 error <= 2e-4 per output. float32 arithmetic lands near 1e-6 (each test
+// prints what it reached); the bound leaves room for longer windows, not for wrong math: a single
+// wrong element of a few hundred, or an unwritten (NaN-poisoned) one, fails it.
+#include <cstdio>
+
+#include "test_support.hpp"
+
+namespace gdn::test {
+namespace {
+
+constexpr double kTolerance = 2e-4;
+
+struct Case {
+  const char* name;
+  int B, T, nv, nk, K, cs;
+};
+
+const Case kCases[] = {
+    {"rep1_T13_cs4", 2, 13, 2, 2, 4, 4},     // T % cs != 0, four segments
+    {"rep3_T10_cs2", 2, 10, 3, 1, 4, 2},     // five segments of two
+    {"rep3_T37_cs8", 2, 37, 6, 2, 4, 8},     // five segments, the last of five steps
+    {"T1", 3, 1, 3, 1, 4, 8},                // a single token
+    {"cs_over_T", 2, 7, 2, 1, 3, 16},        // one segment, K = 3
+    {"cs1", 2, 5, 2, 1, 2, 1},               // every step its own segment, K = 2
+};
+
+using Param = std::tuple<Case, Variant>;
+
+class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {
+ protected:
+  Config config() const {
+    const auto& [c, variant] = GetParam();
+    return Config{.nv = c.nv, .nk = c.nk, .conv_taps = c.K, .rms_eps = 1e-6f, .checkpoint_interval = c.cs,
+                  .variant = variant};
+  }
+  static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+    const double err = rel_l2(got, want);
+    std::printf("[gdn]   %-5s rel L2 error %.3e\n", what, err);
+    EXPECT_EQ(count_nonfinite(got), 0u) << what << ": NaN or Inf (unwritten element?)";
+    EXPECT_LE(err, kTolerance) << what;
+  }
+};
+
+TEST_P(Parity, DeviceApiMatchesReference) {
+  const auto& [c, variant] = GetParam();
+  const Config cfg = config();
+  auto ctx = context();
+  const Params p = random_params(cfg, 11);
+  Layer layer(ctx, cfg, p);
+  const Batch x = random_batch(cfg, c.B, c.T, 101);
+  const Expected want = reference_batch(cfg, p, x, c.B, c.T);
+
+  auto tensor = [&](std::vector<std::int64_t> shape, const std::vector<float>& data, const char* name) {
+    Tensor t(ctx, std::move(shape), name);
+    t.upload(data);
+    return t;
+  };
+  const std::int64_t B = c.B, T = c.T;
+  DeviceInputs in{tensor({B, T, cfg.channels()}, x.qkv, "qkv"), tensor({B, T, cfg.value_dim()}, x.z, "z"),
+                  tensor({B, T, cfg.nv}, x.a, "a"), tensor({B, T, cfg.nv}, x.b, "b")};
+  // Every output poisoned with NaN first: an element the kernels never write fails the check.
+  Tensor out(ctx, {B, T, cfg.value_dim()}, "out");
+  out.fill(NAN);
+  Tape tape;
+  layer.forward(in, out, &tape);
+  const Tensor dout = tensor({B, T, cfg.value_dim()}, x.dout, "dout");
+  DeviceGrads g{Tensor(ctx, {B, T, cfg.channels()}, "dqkv"), Tensor(ctx, {B, T, cfg.value_dim()}, "dz"),
+                Tensor(ctx, {B, T, cfg.nv}, "da"), Tensor(ctx, {B, T, cfg.nv}, "db")};
+  for (Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) t->fill(NAN);
+  layer.backward(tape, dout, g);
+
+  std::printf("[gdn] %s, %s:\n", c.name, std::string(to_string(layer.variant())).c_str());
+  check("out", out.download(), want.out);
+  check("dqkv", g.dqkv.download(), want.dqkv);
+  check("dz", g.dz.download(), want.dz);
+  check("da", g.da.download(), want.da);
+  check("db", g.db.download(), want.db);
+
+  // A forward without a tape computes the same output; a second backward from the same tape the
+  // same gradients (the backward must not consume its tape).
+  Tensor out2(ctx, {B, T, cfg.value_dim()}, "out2");
+  out2.fill(NAN);
+  layer.forward(in, out2, nullptr);
+  EXPECT_EQ(out2.download(), out.download());
+  DeviceGrads g2;
+  layer.backward(tape, dout, g2);
+  EXPECT_EQ(g2.dqkv.download(), g.dqkv.download());
+  EXPECT_EQ(g2.da.download(), g.da.download());
+}
+
+TEST_P(Parity, HostApiMatchesReference) {
+  const auto& [c, variant] = GetParam();
+  const Config cfg = config();
+  const Params p = random_params(cfg, 21);
+  Layer layer(context(), cfg, p);
+  const Batch x = random_batch(cfg, c.B, c.T, 202);
+  const Expected want = reference_batch(cfg, p, x, c.B, c.T);
+  Tape tape;
+  const auto out = layer.forward(c.B, c.T, {x.qkv, x.z, x.a, x.b}, &tape);
+  const auto g = layer.backward(tape, x.dout);
+  std::printf("[gdn] %s (host API), %s:\n", c.name, std::string(to_string(layer.variant())).c_str());
+  check("out", out, want.out);
+  check("dqkv", g.dqkv, want.dqkv);
+  check("dz", g.dz, want.dz);
+  check("da", g.da, want.da);
+  check("db", g.db, want.db);
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [c, v] = info.param;
+  std::string n = std::string(c.name) + "_" + std::string(to_string(v));
+  for (auto& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Parity,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(Variant::PerHead)),
+                         param_name);
+
+// The checks above must be able to fail: a wrong parameter on the device side (norm off by 1%)
+// must push the output error far over the tolerance.
+TEST_F(DeviceTest, ParityCheckDetectsAWrongResult) {
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .checkpoint_interval = 4, .variant = Variant::PerHead};
+  Params p = random_params(cfg, 31);
+  const Batch x = random_batch(cfg, 1, 6, 303);
+  const Expected want = reference_batch(cfg, p, x, 1, 6);
+  p.norm[5] *= 1.01f;
+  Layer layer(context(), cfg, p);
+  const auto out = layer.forward(1, 6, {x.qkv, x.z, x.a, x.b});
+  EXPECT_GT(rel_l2(out, want.out), kTolerance);
+}
+
+}  // namespace
+}  // namespace gdn::test

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+// Bad input is refused with std::invalid_argument naming the tensor, the expected and the actual
+// size; device limits with gdn::Error naming the buffer and the limit.
+#include <gmock/gmock.h>
+
+#include "test_support.hpp"
+
+namespace gdn::test {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+template <class E, class Fn>
+std::string message_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+const Config kCfg{.nv = 2, .nk = 1, .conv_taps = 4, .checkpoint_interval = 2, .variant = Variant::PerHead};
+
+class Errors : public DeviceTest {};
+
+TEST_F(Errors, ConfigNvNotMultipleOfNk) {
+  Config cfg = kCfg;
+  cfg.nv = 3;
+  cfg.nk = 2;
+  const auto msg = message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); });
+  EXPECT_THAT(msg, AllOf(HasSubstr("nv = 3"), HasSubstr("nk = 2")));
+}
+
+TEST_F(Errors, ConfigZeroSizes) {
+  for (auto mutate : {+[](Config& c) { c.nv = 0; }, +[](Config& c) { c.nk = 0; }, +[](Config& c) { c.conv_taps = 0; },
+                      +[](Config& c) { c.checkpoint_interval = 0; }}) {
+    Config cfg = kCfg;
+    mutate(cfg);
+    EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); }),
+                HasSubstr("config"));
+  }
+}
+
+TEST_F(Errors, ParamSizes) {
+  Params p = random_params(kCfg, 1);
+  p.conv.pop_back();
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), kCfg, p); }),
+              AllOf(HasSubstr("conv"), HasSubstr("2047"), HasSubstr("2048")));
+  p = random_params(kCfg, 1);
+  p.norm.resize(64);
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), kCfg, p); }),
+              AllOf(HasSubstr("norm"), HasSubstr("64"), HasSubstr("128")));
+  p = random_params(kCfg, 1);
+  p.a_log.resize(3);
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), kCfg, p); }), HasSubstr("a_log"));
+}
+
+TEST_F(Errors, HostInputLengths) {
+  Layer layer(context(), kCfg, random_params(kCfg, 1));
+  const Batch x = random_batch(kCfg, 2, 3, 5);
+  auto bad = x;
+  bad.qkv.resize(bad.qkv.size() - 1);
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(2, 3, {bad.qkv, x.z, x.a, x.b}); }),
+              AllOf(HasSubstr("qkv"), HasSubstr(std::to_string(x.qkv.size())), HasSubstr("[2, 3, 512]")));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(2, 3, {x.qkv, x.a, x.a, x.b}); }),
+              AllOf(HasSubstr("z"), HasSubstr("[2, 3, 256]")));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(2, 3, {x.qkv, x.z, x.a, x.z}); }),
+              AllOf(HasSubstr("b has"), HasSubstr("[2, 3, 2]")));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(0, 3, {x.qkv, x.z, x.a, x.b}); }),
+              HasSubstr("batch = 0"));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(2, 0, {x.qkv, x.z, x.a, x.b}); }),
+              HasSubstr("tokens = 0"));
+  Tape tape;
+  layer.forward(2, 3, {x.qkv, x.z, x.a, x.b}, &tape);
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.backward(tape, std::span(x.dout).first(10)); }),
+              AllOf(HasSubstr("dout"), HasSubstr("10")));
+}
+
+TEST_F(Errors, DeviceInputShapes) {
+  auto ctx = context();
+  Layer layer(ctx, kCfg, random_params(kCfg, 1));
+  DeviceInputs in{Tensor(ctx, {2, 3, 512}, "qkv"), Tensor(ctx, {2, 3, 256}, "z"), Tensor(ctx, {2, 3, 2}, "a"),
+                  Tensor(ctx, {2, 4, 2}, "b")};
+  Tensor out;
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(in, out); }),
+              AllOf(HasSubstr("b is [2, 4, 2]"), HasSubstr("expected [2, 3, 2]")));
+  in.b = Tensor(ctx, {2, 3, 2}, "b");
+  in.qkv = Tensor(ctx, {2, 3, 500}, "qkv");
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(in, out); }),
+              AllOf(HasSubstr("qkv is [2, 3, 500]"), HasSubstr("512")));
+  in.qkv = Tensor(ctx, {2, 3, 512}, "qkv");
+  Tensor wrong_out(ctx, {2, 3, 255}, "out");
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(in, wrong_out); }),
+              AllOf(HasSubstr("out is [2, 3, 255]"), HasSubstr("[2, 3, 256]")));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { Tensor(ctx, {2, 0, 3}, "zero"); }), HasSubstr("zero"));
+}
+
+TEST_F(Errors, TapeFromAnotherLayerOrNeverRecorded) {
+  Layer first(context(), kCfg, random_params(kCfg, 1));
+  Layer second(context(), kCfg, random_params(kCfg, 1));
+  const Batch x = random_batch(kCfg, 1, 3, 5);
+  Tape empty;
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { first.backward(empty, x.dout); }), HasSubstr("no forward"));
+  Tape tape;
+  first.forward(1, 3, {x.qkv, x.z, x.a, x.b}, &tape);
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { second.backward(tape, x.dout); }), HasSubstr("another layer"));
+  EXPECT_NO_THROW(first.backward(tape, x.dout));
+}
+
+TEST_F(Errors, BufferOverStorageRangeNamesBufferAndLimit) {
+  auto ctx = context();
+  const std::int64_t floats = std::int64_t(ctx->device().max_storage_buffer_range / 4) + 1;
+  EXPECT_THAT(message_of<Error>([&] { Tensor(ctx, {floats}, "huge_tensor"); }),
+              AllOf(HasSubstr("huge_tensor"), HasSubstr("maxStorageBufferRange")));
+}
+
+TEST_F(Errors, VariantNames) {
+  EXPECT_EQ(parse_variant("per-head"), Variant::PerHead);
+  EXPECT_EQ(parse_variant("subgroup"), Variant::Subgroup);
+  EXPECT_EQ(parse_variant("auto"), Variant::Auto);
+  EXPECT_THAT(message_of<std::invalid_argument>([] { parse_variant("fast"); }), HasSubstr("fast"));
+}
+
+}  // namespace
+}  // namespace gdn::test

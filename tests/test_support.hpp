@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// Shared by the device tests: the one Context (with the validation layer where installed), random
+// inputs, the float64 reference on a window of a batch, and the error measure.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gdn/gdn.hpp"
+#include "gdn/reference.hpp"
+
+namespace gdn::test {
+
+/// The Context every device test shares; validation errors are collected, not printed.
+std::shared_ptr<Context> context();
+/// Validation-layer errors since the last call (and clears them).
+std::vector<std::string> take_validation_errors();
+
+/// Fails the test on any validation-layer error raised during it.
+class DeviceTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const auto& e : take_validation_errors()) ADD_FAILURE() << "Vulkan validation error: " << e;
+  }
+};
+
+inline std::vector<float> uniform(std::size_t n, std::uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+/// Parameters like a trained layer's: conv taps ~U(-0.5, 0.5), a_log spread over heads, norm ~1.
+inline Params random_params(const Config& cfg, std::uint64_t seed) {
+  Params p;
+  p.conv = uniform(std::size_t(cfg.channels()) * cfg.conv_taps, seed, -0.5f, 0.5f);
+  p.a_log = uniform(cfg.nv, seed + 1, -1.0f, 0.5f);
+  p.dt_bias = uniform(cfg.nv, seed + 2, -0.5f, 0.5f);
+  p.norm = uniform(kHeadDim, seed + 3, 0.7f, 1.3f);
+  return p;
+}
+
+struct Batch {
+  std::vector<float> qkv, z, a, b, dout;
+};
+
+inline Batch random_batch(const Config& cfg, int B, int T, std::uint64_t seed) {
+  const std::size_t BT = std::size_t(B) * T;
+  return {uniform(BT * cfg.channels(), seed, -1, 1), uniform(BT * cfg.value_dim(), seed + 1, -1, 1),
+          uniform(BT * cfg.nv, seed + 2, -1, 1), uniform(BT * cfg.nv, seed + 3, -1, 1),
+          uniform(BT * cfg.value_dim(), seed + 4, -1, 1)};
+}
+
+/// Reference outputs and gradients of a whole batch, float64, laid out like the device's.
+struct Expected {
+  std::vector<double> out, dqkv, dz, da, db;
+};
+
+inline reference::Mat window(const std::vector<float>& v, int b, int T, int cols) {
+  reference::Mat m(T, cols);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < cols; ++c) m(t, c) = v[(std::size_t(b) * T + t) * cols + c];
+  return m;
+}
+
+inline void append(std::vector<double>& dst, const reference::Mat& m) {
+  for (Eigen::Index r = 0; r < m.rows(); ++r)
+    for (Eigen::Index c = 0; c < m.cols(); ++c) dst.push_back(m(r, c));
+}
+
+inline Expected reference_batch(const Config& cfg, const Params& p, const Batch& x, int B, int T) {
+  reference::Dims d{.T = T, .nv = cfg.nv, .nk = cfg.nk, .K = cfg.conv_taps, .D = kHeadDim, .eps = cfg.rms_eps};
+  reference::Weights w;
+  w.conv = Eigen::Map<const Eigen::Matrix<float, -1, -1, Eigen::RowMajor>>(p.conv.data(), cfg.channels(), cfg.conv_taps).cast<double>();
+  w.a_log = Eigen::Map<const Eigen::VectorXf>(p.a_log.data(), cfg.nv).cast<double>();
+  w.dt_bias = Eigen::Map<const Eigen::VectorXf>(p.dt_bias.data(), cfg.nv).cast<double>();
+  w.norm = Eigen::Map<const Eigen::VectorXf>(p.norm.data(), kHeadDim).cast<double>();
+  Expected e;
+  for (int b = 0; b < B; ++b) {
+    reference::Window win{window(x.qkv, b, T, cfg.channels()), window(x.z, b, T, cfg.value_dim()),
+                          window(x.a, b, T, cfg.nv), window(x.b, b, T, cfg.nv)};
+    append(e.out, reference::forward(d, w, win));
+    const auto g = reference::backward(d, w, win, window(x.dout, b, T, cfg.value_dim()));
+    append(e.dqkv, g.dqkv);
+    append(e.dz, g.dz);
+    append(e.da, g.da);
+    append(e.db, g.db);
+  }
+  return e;
+}
+
+/// ||got - want|| / ||want||; NaN when got holds a NaN or Inf (an unwritten or poisoned element).
+inline double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return NAN;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+inline std::size_t count_nonfinite(const std::vector<float>& v) {
+  std::size_t n = 0;
+  for (float x : v) n += !std::isfinite(x);
+  return n;
+}
+
+}  // namespace gdn::test
