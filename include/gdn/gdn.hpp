@@ -6,4 +6,5 @@
 #include "gdn/device_info.hpp"
 #include "gdn/error.hpp"
 #include "gdn/layer.hpp"
+#include "gdn/peaks.hpp"
 #include "gdn/tensor.hpp"

@@ -481,10 +481,10 @@ std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bo
       throw Error("GPU work did not finish");
     device_.resetFences(*fence_);
     if (timed && timestamps_used_ > 1) {
-      std::vector<std::uint64_t> ts(timestamps_used_);
-      const auto r = query_pool_.getResults<std::uint64_t>(0, timestamps_used_, ts.size() * 8, 8,
-                                                            vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
-      if (r.first != vk::Result::eSuccess) throw Error("timestamp queries did not return");
+      const auto [result, ts] = query_pool_.getResults<std::uint64_t>(
+          0, timestamps_used_, std::size_t(timestamps_used_) * 8, 8,
+          vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
+      if (result != vk::Result::eSuccess) throw Error("timestamp queries did not return");
       for (std::size_t i = 1; i < ts.size(); ++i)
         out.push_back({rec.labels_[i - 1], double(ts[i] - ts[i - 1]) * info_.timestamp_period_ns * 1e-6});
     }

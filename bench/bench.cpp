@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT
+// `gdn bench`: times the forward without tape, the forward with tape and the backward, and each
+// kernel within them, with GPU timestamp queries (warm-up, then the median of repeats). Beside the
+// times it measures the device's two ceilings in the same run (copy bandwidth, fp32 FMA rate) and
+// reports each pass against the floors they give for the shape:
+//   bytes: every input read once, every output written once;
+//   flops: the serial recurrence, 7 D^2 per (token, v-head) forward (decay 1, kv 2, update 2, o 2)
+//          and 21 D^2 backward (a replay of 5 D^2, the reverse sweep 16 D^2).
+#include "bench.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "gdn/gdn.hpp"
+
+namespace gdn::bench {
+namespace {
+
+struct Options {
+  int B = 0, T = 0, nv = 0, nk = 0, K = 4;  // 0: the device's default shape
+  int ckpt = 8;
+  Variant variant = Variant::Auto;
+  int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
+  int warmup = 3;
+  std::string json;
+};
+
+int parse_int(const std::string& flag, const std::string& v, int lo) {
+  int x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || x < lo)
+    throw std::invalid_argument(flag + " '" + v + "': expected an integer >= " + std::to_string(lo));
+  return x;
+}
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--batch" || a == "-B") o.B = parse_int(a, value(), 1);
+    else if (a == "--tokens" || a == "-T") o.T = parse_int(a, value(), 1);
+    else if (a == "--nv") o.nv = parse_int(a, value(), 1);
+    else if (a == "--nk") o.nk = parse_int(a, value(), 1);
+    else if (a == "--taps" || a == "-K") o.K = parse_int(a, value(), 1);
+    else if (a == "--ckpt") o.ckpt = parse_int(a, value(), 1);
+    else if (a == "--variant") o.variant = parse_variant(value());
+    else if (a == "--repeats") o.repeats = parse_int(a, value(), 1);
+    else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
+    else if (a == "--json") o.json = value();
+    else throw std::invalid_argument("unknown flag '" + a + "'\n" + usage());
+  }
+  return o;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor random_tensor(const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name,
+                     std::uint64_t seed, float scale = 1.0f, float shift = 0.0f) {
+  Tensor t(ctx, shape, name);
+  auto v = uniform(std::size_t(t.numel()), seed);
+  for (auto& x : v) x = shift + scale * x;
+  t.upload(v);
+  return t;
+}
+
+/// One timed pass: per-kernel medians in the order the kernels ran, and the total.
+struct Pass {
+  std::string name;
+  double bytes = 0, flops = 0;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<double>> samples;
+
+  void add(const std::vector<KernelTime>& t) {
+    for (const auto& k : t) {
+      if (!samples.count(k.name)) order.push_back(k.name);
+      samples[k.name].push_back(k.ms);
+    }
+  }
+  double ms(const std::string& k) const { return median(samples.at(k)); }
+};
+
+std::string fmt(double x, int prec = 3) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(prec) << x;
+  return s.str();
+}
+
+std::string gib(std::size_t b) {
+  return b >= (std::size_t(1) << 30) ? fmt(double(b) / double(1u << 30), 3) + " GiB"
+                                     : fmt(double(b) / double(1u << 20), 2) + " MiB";
+}
+
+}  // namespace
+
+std::string usage() {
+  return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
+         "          [--variant auto|subgroup|per-head] [--repeats N] [--warmup N] [--json FILE]\n"
+         "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
+         "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n";
+}
+
+int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    out << usage();
+    return 0;
+  }
+  Options o;
+  try {
+    o = parse(args);
+  } catch (const std::invalid_argument& e) {
+    err << "gdn bench: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    auto ctx = Context::create();
+    const auto& dev = ctx->device();
+    const bool cpu = dev.type == "cpu";
+    // Shape: the 27B student's on a GPU; something that finishes in seconds on a CPU driver.
+    const bool default_shape = o.B == 0 && o.T == 0 && o.nv == 0 && o.nk == 0;
+    if (o.B == 0) o.B = cpu ? 1 : 8;
+    if (o.T == 0) o.T = cpu ? 64 : 512;
+    if (o.nv == 0) o.nv = cpu ? 4 : 48;
+    if (o.nk == 0) o.nk = cpu ? 2 : 16;
+    if (o.repeats == 0) o.repeats = cpu ? 5 : 20;
+    if (cpu && default_shape)
+      err << "gdn bench: " << dev.name << " is a CPU driver: running a small shape; its times are not "
+          << "performance figures (pass --batch/--tokens/--nv/--nk for another)\n";
+
+    const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
+                     .variant = o.variant};
+    Params p;
+    p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
+    for (auto& x : p.conv) x *= 0.5f;
+    p.a_log = uniform(o.nv, 2);
+    p.dt_bias = uniform(o.nv, 3);
+    p.norm = uniform(kHeadDim, 4);
+    for (auto& x : p.norm) x = 1.0f + 0.3f * x;
+    Layer layer(ctx, cfg, p);
+
+    err << "gdn bench: measuring the device's copy bandwidth and fp32 FMA rate...\n";
+    const DevicePeaks peaks = measure_peaks(*ctx);
+
+    const std::int64_t B = o.B, T = o.T;
+    DeviceInputs in{random_tensor(ctx, {B, T, cfg.channels()}, "qkv", 10),
+                    random_tensor(ctx, {B, T, cfg.value_dim()}, "z", 11),
+                    random_tensor(ctx, {B, T, cfg.nv}, "a", 12), random_tensor(ctx, {B, T, cfg.nv}, "b", 13)};
+    const Tensor dout = random_tensor(ctx, {B, T, cfg.value_dim()}, "dout", 14);
+    Tensor y;
+    Tape tape;
+    DeviceGrads grads;
+
+    const double BT = double(B) * double(T), F = 4.0, D2 = double(kHeadDim) * kHeadDim;
+    const double in_bytes = F * BT * (cfg.channels() + cfg.value_dim() + 2.0 * cfg.nv);
+    std::vector<Pass> passes(3);
+    passes[0] = {.name = "forward (no tape)", .bytes = in_bytes + F * BT * cfg.value_dim(), .flops = 7 * D2 * BT * cfg.nv};
+    passes[1] = {.name = "forward (tape)", .bytes = passes[0].bytes, .flops = passes[0].flops};
+    passes[2] = {.name = "backward",
+                 .bytes = 2 * in_bytes + F * BT * cfg.value_dim(),  // read inputs + dout, write their grads
+                 .flops = 21 * D2 * BT * cfg.nv};
+    auto step = [&](bool timed) {
+      layer.forward(in, y, nullptr);
+      if (timed) passes[0].add(layer.last_timings());
+      layer.forward(in, y, &tape);
+      if (timed) passes[1].add(layer.last_timings());
+      layer.backward(tape, dout, grads);
+      if (timed) passes[2].add(layer.last_timings());
+    };
+    err << "gdn bench: " << dev.name << ", B " << B << " T " << T << " nv " << cfg.nv << " nk " << cfg.nk << " K "
+        << cfg.conv_taps << ", variant " << to_string(layer.variant()) << ": warm-up (" << o.warmup << " steps)...\n";
+    layer.set_profiling(false);
+    for (int i = 0; i < o.warmup; ++i) step(false);
+    layer.set_profiling(true);
+    for (int r = 0; r < o.repeats; ++r) {
+      step(true);
+      if ((r + 1) % std::max(1, o.repeats / 4) == 0 || r + 1 == o.repeats)
+        err << "gdn bench: repeat " << r + 1 << "/" << o.repeats << "\n";
+    }
+
+    // ---- the table ----
+    const double bw = peaks.copy_gb_per_s * 1e9, fl = peaks.fma_gflop_per_s * 1e9;
+    out << "gdn bench: " << dev.name << " (" << dev.type << ", Vulkan " << dev.api_version << ", " << dev.driver
+        << ")\n"
+        << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
+        << ", D " << kHeadDim << "; checkpoint interval " << cfg.checkpoint_interval << "; variant "
+        << to_string(layer.variant()) << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
+        << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
+        << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";
+    if (cpu) out << "(a CPU driver: these times are not performance figures)\n";
+    out << "\n"
+        << std::left << std::setw(24) << "pass / kernel" << std::right << std::setw(10) << "ms" << std::setw(10)
+        << "GB/s" << std::setw(10) << "GFLOP/s" << std::setw(12) << "bytes floor" << std::setw(12) << "fp32 floor"
+        << std::setw(9) << "of bw" << std::setw(9) << "of fp32" << "\n";
+    std::ostringstream js;
+    js << "{\n  \"device\": \"" << dev.name << "\", \"driver\": \"" << dev.driver << "\", \"vulkan\": \""
+       << dev.api_version << "\",\n  \"shape\": {\"B\": " << B << ", \"T\": " << T << ", \"nv\": " << cfg.nv
+       << ", \"nk\": " << cfg.nk << ", \"K\": " << cfg.conv_taps << ", \"D\": " << kHeadDim
+       << "}, \"checkpoint_interval\": " << cfg.checkpoint_interval << ", \"variant\": \"" << to_string(layer.variant())
+       << "\", \"repeats\": " << o.repeats << ",\n  \"copy_gb_per_s\": " << peaks.copy_gb_per_s
+       << ", \"fma_gflop_per_s\": " << peaks.fma_gflop_per_s << ",\n  \"passes\": [\n";
+    double step_ms = 0, step_floor_bw = 0, step_floor_fl = 0;
+    for (std::size_t pi = 0; pi < passes.size(); ++pi) {
+      const auto& ps = passes[pi];
+      const double ms = ps.ms("total"), fb = ps.bytes / bw * 1e3, ff = ps.flops / fl * 1e3;
+      step_ms += ms;
+      step_floor_bw += fb;
+      step_floor_fl += ff;
+      out << std::left << std::setw(24) << ps.name << std::right << std::setw(10) << fmt(ms) << std::setw(10)
+          << fmt(ps.bytes / (ms * 1e-3) * 1e-9, 0) << std::setw(10) << fmt(ps.flops / (ms * 1e-3) * 1e-9, 0)
+          << std::setw(12) << fmt(fb) << std::setw(12) << fmt(ff) << std::setw(8) << fmt(100 * fb / ms, 0) << "%"
+          << std::setw(8) << fmt(100 * ff / ms, 0) << "%\n";
+      js << "    {\"name\": \"" << ps.name << "\", \"ms\": " << ms << ", \"bytes\": " << ps.bytes
+         << ", \"flops\": " << ps.flops << ", \"bytes_floor_ms\": " << fb << ", \"fp32_floor_ms\": " << ff
+         << ", \"kernels\": {";
+      bool first = true;
+      for (const auto& k : ps.order) {
+        if (k == "total") continue;
+        out << "  " << std::left << std::setw(22) << k << std::right << std::setw(10) << fmt(ps.ms(k)) << "\n";
+        js << (first ? "" : ", ") << "\"" << k << "\": " << ps.ms(k);
+        first = false;
+      }
+      js << "}}" << (pi + 1 < passes.size() ? "," : "") << "\n";
+    }
+    out << std::left << std::setw(24) << "step (all three)" << std::right << std::setw(10) << fmt(step_ms)
+        << std::setw(20) << "" << std::setw(12) << fmt(step_floor_bw) << std::setw(12) << fmt(step_floor_fl)
+        << std::setw(8) << fmt(100 * step_floor_bw / step_ms, 0) << "%" << std::setw(8)
+        << fmt(100 * step_floor_fl / step_ms, 0) << "%\n";
+    out << "forward + backward: " << fmt(passes[1].ms("total") + passes[2].ms("total")) << " ms\n";
+
+    out << "\ntape: " << gib(tape.device_bytes()) << " on the device for B " << B << ", T " << T << ":\n";
+    js << "  ],\n  \"forward_backward_ms\": " << passes[1].ms("total") + passes[2].ms("total")
+       << ",\n  \"tape_bytes\": " << tape.device_bytes() << ", \"tape\": {";
+    bool first = true;
+    for (const auto& [name, bytes] : tape.buffers()) {
+      out << "  " << std::left << std::setw(22) << name << std::right << std::setw(14) << gib(bytes) << "\n";
+      js << (first ? "" : ", ") << "\"" << name << "\": " << bytes;
+      first = false;
+    }
+    out << "layer workspace (parameters, scratch): " << gib(layer.workspace_bytes()) << "\n";
+    js << "},\n  \"workspace_bytes\": " << layer.workspace_bytes() << "\n}\n";
+    if (!o.json.empty()) {
+      std::ofstream f(o.json);
+      if (!(f << js.str())) throw std::runtime_error("cannot write " + o.json);
+      err << "gdn bench: wrote " << o.json << "\n";
+    }
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    err << "gdn bench: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "gdn bench: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace gdn::bench

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// The bench behind `gdn bench` and `gdn-bench`: uses the public API only, as a training loop would.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace gdn::bench {
+
+/// Runs the bench with command-line `args` (without the program and subcommand names); prints the
+/// table to `out`, progress and errors to `err`. Returns the process exit code.
+int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+/// The flags, for --help.
+std::string usage();
+
+}  // namespace gdn::bench

@@ -1,0 +1,508 @@
+// SPDX-License-Identifier: MIT
+// The `gdn` command-line tool. Uses the public API only (include/gdn), as a caller would.
+//
+// Exit codes: 0 done; 2 the caller's mistake (flags, input files whose shapes do not fit, see
+// SPEC.md "The command-line contract"); 1 the device, the library or the file system failed.
+// `gdn run` reads and checks every input before it computes, and computes everything before it
+// writes: a refusal or a failure leaves --out as it was.
+#include "cli/cli.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "bench.hpp"
+#include "cli/npy.hpp"
+#include "gdn/gdn.hpp"
+
+namespace gdn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<std::int64_t>;
+
+constexpr std::int64_t kD = kHeadDim;
+
+const char* const kRunUsage =
+    "usage: gdn run --in DIR --out DIR [--backward] [--eps E] [--ckpt N]\n"
+    "               [--variant auto|subgroup|per-head]\n"
+    "\n"
+    "Runs the GatedDeltaNet layer on float32 C-order .npy files (SPEC.md):\n"
+    "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
+    "          a_log.npy, dt_bias.npy [nv]  norm.npy [128]   (+ dout.npy [B,T,nv*128] with --backward)\n"
+    "          where C = (2*nk + nv)*128 and nv is a multiple of nk; B, T, nv, nk, K come from the shapes\n"
+    "  writes  out.npy [B,T,nv*128]   (+ dqkv.npy dz.npy da.npy db.npy, shaped like the inputs)\n"
+    "\n"
+    "  --in DIR          directory holding the input files\n"
+    "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
+    "  --backward        also compute the gradients for dout.npy\n"
+    "  --eps E           epsilon of the gated RMSNorm (default 1e-6, >= 0)\n"
+    "  --ckpt N          steps per checkpoint segment of the backward (default 8, >= 1)\n"
+    "  --variant V       kernel family: auto (default), subgroup or per-head\n"
+    "Exit status: 0 done, 2 bad flags or inputs (nothing written), 1 device or I/O failure.\n";
+
+const char* const kInfoUsage =
+    "usage: gdn info\n"
+    "\n"
+    "Lists the Vulkan devices, the one `gdn run` would use (GDN_DEVICE=<index or name substring>\n"
+    "picks one; default: a discrete GPU, then integrated, then CPU), the limits that decide which\n"
+    "kernels run, and the kernel variant that would run.\n";
+
+bool is_help(std::string_view a) { return a == "-h" || a == "--help" || a == "help"; }
+
+// "gdn: " once, however the message came (gdn::Error already carries the prefix).
+std::string message_of(const std::exception& e) {
+  std::string_view m = e.what();
+  if (m.starts_with("gdn: ")) m.remove_prefix(5);
+  return "gdn: " + std::string(m);
+}
+
+std::string bytes_str(std::uint64_t n) {
+  std::ostringstream s;
+  s << n << " bytes";
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = double(n);
+  int u = -1;
+  while (v >= 1024 && u < 3) v /= 1024, ++u;
+  if (u >= 0) s << " (" << std::fixed << std::setprecision(2) << v << ' ' << units[u] << ')';
+  return s.str();
+}
+
+// ---- gdn info ------------------------------------------------------------------------------------
+
+void print_device_line(std::ostream& out, const DeviceInfo& d, bool chosen) {
+  out << (chosen ? "  * " : "    ") << d.index << ": " << d.name << "  [" << d.type << ", Vulkan "
+      << d.api_version << ", " << d.driver << "]\n";
+}
+
+int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  for (const auto& a : args) {
+    if (is_help(a)) {
+      out << kInfoUsage;
+      return kExitOk;
+    }
+    throw std::invalid_argument("info: unexpected argument '" + a + "' (gdn info takes no arguments)");
+  }
+  const auto devices = Context::devices();
+  if (devices.empty()) {
+    err << "gdn: no Vulkan device found (is a Vulkan driver installed? lavapipe works on any CPU)\n";
+    return kExitRuntime;
+  }
+  const auto opts = Context::Options::from_env();
+  std::shared_ptr<Context> ctx;
+  std::string create_error;
+  try {
+    ctx = Context::create(opts);
+  } catch (const std::exception& e) {  // still list what the loader sees
+    create_error = message_of(e);
+  }
+
+  out << "Vulkan devices (* = chosen; GDN_DEVICE=<index or name substring> picks one):\n";
+  for (const auto& d : devices) print_device_line(out, d, ctx && d.index == ctx->device().index);
+  if (!ctx) {
+    err << create_error << '\n';
+    return kExitRuntime;
+  }
+
+  const DeviceInfo& d = ctx->device();
+  out << "chosen device: " << d.index << ": " << d.name << "  ("
+      << (opts.device.empty() ? "GDN_DEVICE unset: discrete, then integrated, then CPU"
+                              : "GDN_DEVICE=" + opts.device)
+      << ")\n";
+  auto row = [&](std::string_view key) -> std::ostream& {
+    return out << "  " << std::left << std::setw(27) << key << std::right;
+  };
+  row("subgroup size") << d.subgroup_size << " (min " << d.min_subgroup_size << ", max " << d.max_subgroup_size
+                       << ")\n";
+  row("subgroup shuffle") << (d.subgroup_shuffle ? "yes" : "no") << '\n';
+  row("subgroup size control") << (d.subgroup_size_control ? "yes" : "no") << '\n';
+  row("max storage buffer range") << bytes_str(d.max_storage_buffer_range) << '\n';
+  row("max shared memory") << bytes_str(d.max_shared_memory) << '\n';
+  row("max workgroup count") << d.max_workgroup_count[0] << " x " << d.max_workgroup_count[1] << " x "
+                             << d.max_workgroup_count[2] << '\n';
+  row("max workgroup invocations") << d.max_workgroup_invocations << '\n';
+  {
+    auto& o = row("device-local heaps");
+    if (d.device_local_heaps.empty()) o << "none";
+    for (std::size_t k = 0; k < d.device_local_heaps.size(); ++k)
+      o << (k ? ", " : "") << bytes_str(d.device_local_heaps[k]);
+    o << '\n';
+  }
+  if (d.timestamp_period_ns > 0)
+    row("timestamps") << "yes (period " << d.timestamp_period_ns << " ns)\n";
+  else
+    row("timestamps") << "no (gdn bench cannot time kernels)\n";
+
+  // Which kernel family would run: build a one-head layer with each choice.
+  Config cfg;
+  cfg.nv = 1;
+  cfg.nk = 1;
+  cfg.conv_taps = 4;
+  Params p;
+  p.conv.assign(std::size_t(cfg.channels()) * cfg.conv_taps, 0.0f);
+  p.a_log.assign(1, 0.0f);
+  p.dt_bias.assign(1, 0.0f);
+  p.norm.assign(kD, 1.0f);
+  out << "kernel variants:\n";
+  for (Variant v : {Variant::Subgroup, Variant::PerHead}) {
+    cfg.variant = v;
+    auto& o = row(std::string(to_string(v)));
+    try {
+      Layer layer(ctx, cfg, p);
+      o << "available\n";
+    } catch (const Error& e) {
+      o << "unavailable: " << message_of(e).substr(5) << '\n';
+    }
+  }
+  cfg.variant = Variant::Auto;
+  try {
+    Layer layer(ctx, cfg, p);
+    row("auto runs") << to_string(layer.variant()) << '\n';
+  } catch (const Error& e) {
+    row("auto runs") << "nothing: " << message_of(e).substr(5) << '\n';
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+// ---- gdn run: flags ------------------------------------------------------------------------------
+
+struct RunOptions {
+  fs::path in, out;
+  bool backward = false;
+  float eps = 1e-6f;
+  int ckpt = 8;
+  Variant variant = Variant::Auto;
+};
+
+float parse_eps(const std::string& s) {
+  const std::string want = "expected a finite number >= 0, such as 1e-6";
+  errno = 0;
+  char* end = nullptr;
+  const double v = s.empty() ? NAN : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+    throw std::invalid_argument("--eps: '" + s + "' is not a number, " + want);
+  if (errno == ERANGE || !std::isfinite(v) || !std::isfinite(float(v)))
+    throw std::invalid_argument("--eps: '" + s + "' is not finite in float32, " + want);
+  if (v < 0) throw std::invalid_argument("--eps: " + s + " is negative, " + want);
+  return float(v);
+}
+
+int parse_ckpt(const std::string& s) {
+  int v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec == std::errc::invalid_argument || ptr != s.data() + s.size())
+    throw std::invalid_argument("--ckpt: '" + s + "' is not an integer, expected an integer >= 1, such as 8");
+  if (ec == std::errc::result_out_of_range || v < 1)
+    throw std::invalid_argument("--ckpt: " + s + " is out of range, expected an integer >= 1 (and < 2^31), such as 8");
+  return v;
+}
+
+Variant parse_variant_flag(const std::string& s) {
+  try {
+    return parse_variant(s);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("--variant: '" + s + "' is not a variant, expected auto, subgroup or per-head");
+  }
+}
+
+// Accepts `--flag value` and `--flag=value`; each flag at most once. Returns false for --help.
+bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
+  bool seen_in = false, seen_out = false, seen_eps = false, seen_ckpt = false, seen_variant = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool inline_value = false;
+    if (is_help(flag)) return false;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag.resize(eq);
+      inline_value = true;
+    }
+    auto once = [&](bool& seen) {
+      if (seen) throw std::invalid_argument("run: " + flag + " given more than once");
+      seen = true;
+    };
+    auto take = [&](const char* what) {
+      if (inline_value) return;
+      if (i + 1 >= args.size() || args[i + 1].starts_with("--"))
+        throw std::invalid_argument("run: " + flag + " needs a value (" + what + ")");
+      value = args[++i];
+    };
+    if (flag == "--backward") {
+      if (inline_value) throw std::invalid_argument("run: --backward takes no value, got '" + args[i] + "'");
+      if (o.backward) throw std::invalid_argument("run: --backward given more than once");
+      o.backward = true;
+    } else if (flag == "--in" || flag == "--out") {
+      once(flag == "--in" ? seen_in : seen_out);
+      take("a directory");
+      if (value.empty()) throw std::invalid_argument("run: " + flag + " needs a non-empty directory path");
+      (flag == "--in" ? o.in : o.out) = value;
+    } else if (flag == "--eps") {
+      once(seen_eps);
+      take("a number >= 0, such as 1e-6");
+      o.eps = parse_eps(value);
+    } else if (flag == "--ckpt") {
+      once(seen_ckpt);
+      take("an integer >= 1, such as 8");
+      o.ckpt = parse_ckpt(value);
+    } else if (flag == "--variant") {
+      once(seen_variant);
+      take("auto, subgroup or per-head");
+      o.variant = parse_variant_flag(value);
+    } else {
+      throw std::invalid_argument("run: unknown " + std::string(flag.starts_with("-") ? "flag '" : "argument '") +
+                                  args[i] + "' (see gdn run --help)");
+    }
+  }
+  if (!seen_in) throw std::invalid_argument("run: --in DIR is required (the directory holding qkv.npy ...)");
+  if (!seen_out) throw std::invalid_argument("run: --out DIR is required (the directory for out.npy ...)");
+  return true;
+}
+
+// ---- gdn run: inputs -----------------------------------------------------------------------------
+
+struct Problem {
+  int B = 0, T = 0, nv = 0, nk = 0, K = 0, C = 0;
+  npy::Array qkv, z, a, b, conv, a_log, dt_bias, norm, dout;
+};
+
+std::string s(std::int64_t v) { return std::to_string(v); }
+
+// "NAME.npy: shape [..], expected WANT (WHY)".
+[[noreturn]] void refuse(const std::string& name, const Shape& got, const std::string& want,
+                         const std::string& why) {
+  throw std::invalid_argument(name + ".npy: shape " + npy::shape_str(got) + ", expected " + want +
+                              (why.empty() ? "" : " (" + why + ")"));
+}
+
+void expect_shape(const std::string& name, const npy::Array& a, const Shape& want, const std::string& why) {
+  if (a.shape != want) refuse(name, a.shape, npy::shape_str(want), why);
+}
+
+// Reads every input (all of them present, each a float32 C-order .npy) and checks that the shapes
+// fit together; the first misfit is reported against what the earlier files fixed.
+Problem read_inputs(const RunOptions& o) {
+  std::error_code ec;
+  if (!fs::exists(o.in, ec)) throw std::invalid_argument("--in " + o.in.string() + ": no such directory");
+  if (!fs::is_directory(o.in, ec)) throw std::invalid_argument("--in " + o.in.string() + ": not a directory");
+
+  std::vector<std::string> names = {"qkv", "z", "a", "b", "conv", "a_log", "dt_bias", "norm"};
+  if (o.backward) names.push_back("dout");
+  std::string missing;
+  for (const auto& n : names)
+    if (!fs::exists(o.in / (n + ".npy"), ec)) missing += (missing.empty() ? "" : ", ") + n + ".npy";
+  if (!missing.empty())
+    throw std::invalid_argument("--in " + o.in.string() + ": missing " + missing +
+                                " (gdn run reads qkv z a b conv a_log dt_bias norm" +
+                                (o.backward ? " dout" : "") + " as <name>.npy)");
+
+  Problem p;
+  auto read = [&](const std::string& n, npy::Array& dst) {
+    try {
+      dst = npy::read_f32(o.in / (n + ".npy"));
+    } catch (const npy::Error& e) {  // a bad input file is the caller's to fix
+      throw std::invalid_argument(e.what());
+    }
+  };
+  read("qkv", p.qkv);
+  read("z", p.z);
+  read("a", p.a);
+  read("b", p.b);
+  read("conv", p.conv);
+  read("a_log", p.a_log);
+  read("dt_bias", p.dt_bias);
+  read("norm", p.norm);
+  if (o.backward) read("dout", p.dout);
+
+  constexpr std::int64_t kMax = INT_MAX;
+  // qkv fixes B, T and C.
+  const Shape& q = p.qkv.shape;
+  if (q.size() != 3 || q[0] < 1 || q[1] < 1 || q[2] < 1 || q[0] > kMax || q[1] > kMax || q[2] > kMax)
+    refuse("qkv", q, "[B, T, C]", "rank 3, every dimension >= 1");
+  p.B = int(q[0]);
+  p.T = int(q[1]);
+  p.C = int(q[2]);
+  const std::string bt = s(p.B) + ", " + s(p.T) + ", ";
+  const std::string from_qkv = "B=" + s(p.B) + ", T=" + s(p.T) + " from qkv.npy";
+
+  // z fixes nv.
+  const Shape& z = p.z.shape;
+  if (z.size() != 3 || z[0] != p.B || z[1] != p.T || z[2] < kD || z[2] % kD != 0 || z[2] > kMax)
+    refuse("z", z, "[" + bt + "nv*128]", "[B, T, nv*D] with " + from_qkv + ", nv >= 1 value heads of D=128");
+  p.nv = int(z[2] / kD);
+  const std::string from_z = "nv=" + s(p.nv) + " from z.npy";
+
+  // C = 2*nk*D + nv*D fixes nk.
+  const std::int64_t rest = std::int64_t(p.C) - std::int64_t(p.nv) * kD;
+  if (rest < 2 * kD || rest % (2 * kD) != 0)
+    refuse("qkv", q, "[" + bt + "256*nk + " + s(p.nv * kD) + "] for an integer nk >= 1",
+           "[B, T, C] with C = (2*nk + nv)*128 and " + from_z);
+  p.nk = int(rest / (2 * kD));
+  if (p.nv % p.nk != 0)
+    throw std::invalid_argument(
+        "z.npy: shape " + npy::shape_str(z) + " gives nv=" + s(p.nv) + " value heads, expected a multiple of nk=" +
+        s(p.nk) + " key heads (nk from qkv.npy shape " + npy::shape_str(q) + ": C = (2*nk + nv)*128 = " + s(p.C) +
+        "); each key head serves nv/nk value heads");
+
+  const std::string bt_nv = "[B, T, nv] with " + from_qkv + " and " + from_z;
+  expect_shape("a", p.a, {p.B, p.T, p.nv}, bt_nv);
+  expect_shape("b", p.b, {p.B, p.T, p.nv}, bt_nv);
+
+  const Shape& c = p.conv.shape;
+  if (c.size() != 2 || c[0] != p.C || c[1] < 1 || c[1] > kMax)
+    refuse("conv", c, "[" + s(p.C) + ", K] with K >= 1 taps", "[C, K] with C=" + s(p.C) + " from qkv.npy");
+  p.K = int(c[1]);
+
+  expect_shape("a_log", p.a_log, {p.nv}, "[nv] with " + from_z);
+  expect_shape("dt_bias", p.dt_bias, {p.nv}, "[nv] with " + from_z);
+  expect_shape("norm", p.norm, {kD}, "[D], the head dimension D=128");
+  if (o.backward)
+    expect_shape("dout", p.dout, {p.B, p.T, p.nv * kD},
+                 "[B, T, nv*D], the shape of out, with " + from_qkv + " and " + from_z);
+  return p;
+}
+
+// ---- gdn run: outputs ----------------------------------------------------------------------------
+
+struct Output {
+  std::string name;
+  Shape shape;
+  std::vector<float> data;
+};
+
+// Writes every output into a staging directory inside `dir`, then renames them into place: a
+// failure while writing leaves no output behind (and no `dir`, if this call created it).
+void write_outputs(const fs::path& dir, const std::vector<Output>& outputs) {
+  std::error_code ec;
+  const bool created = !fs::exists(dir, ec);
+  if (created && !fs::create_directories(dir, ec) && ec)
+    throw std::runtime_error("--out " + dir.string() + ": cannot create the directory: " + ec.message());
+  const fs::path staging = dir / (".gdn-run-" + std::to_string(std::random_device{}()) + ".partial");
+  std::vector<fs::path> placed;
+  try {
+    if (!fs::create_directory(staging, ec))
+      throw std::runtime_error("--out " + dir.string() + ": cannot write: " + ec.message());
+    for (const auto& o : outputs) npy::write_f32(staging / (o.name + ".npy"), o.shape, o.data);
+    for (const auto& o : outputs) {
+      fs::rename(staging / (o.name + ".npy"), dir / (o.name + ".npy"));
+      placed.push_back(dir / (o.name + ".npy"));
+    }
+    fs::remove(staging, ec);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    for (const auto& p : placed) fs::remove(p, ec);
+    if (created) fs::remove(dir, ec);  // only if still empty
+    throw;
+  }
+}
+
+int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostream&) {
+  RunOptions o;
+  if (!parse_run(args, o)) {
+    out << kRunUsage;
+    return kExitOk;
+  }
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && !fs::is_directory(o.out, ec))
+    throw std::invalid_argument("--out " + o.out.string() + ": exists and is not a directory");
+
+  Problem p = read_inputs(o);
+
+  auto ctx = Context::create();
+  Config cfg;
+  cfg.nv = p.nv;
+  cfg.nk = p.nk;
+  cfg.conv_taps = p.K;
+  cfg.rms_eps = o.eps;
+  cfg.checkpoint_interval = o.ckpt;
+  cfg.variant = o.variant;
+  Params params{std::move(p.conv.data), std::move(p.a_log.data), std::move(p.dt_bias.data),
+                std::move(p.norm.data)};
+  Layer layer(ctx, cfg, params);
+  params = {};
+
+  const HostInputs in{p.qkv.data, p.z.data, p.a.data, p.b.data};
+  Tape tape;
+  std::vector<Output> outputs;
+  outputs.push_back({"out", {p.B, p.T, p.nv * kD}, layer.forward(p.B, p.T, in, o.backward ? &tape : nullptr)});
+  if (o.backward) {
+    HostGrads g = layer.backward(tape, p.dout.data);
+    outputs.push_back({"dqkv", p.qkv.shape, std::move(g.dqkv)});
+    outputs.push_back({"dz", p.z.shape, std::move(g.dz)});
+    outputs.push_back({"da", p.a.shape, std::move(g.da)});
+    outputs.push_back({"db", p.b.shape, std::move(g.db)});
+  }
+  write_outputs(o.out, outputs);
+
+  out << "gdn run: B=" << p.B << " T=" << p.T << " nv=" << p.nv << " nk=" << p.nk << " K=" << p.K
+      << " (C=" << p.C << "), " << to_string(layer.variant()) << " kernels on " << ctx->device().name
+      << "; wrote";
+  for (const auto& x : outputs) out << ' ' << x.name << ".npy";
+  out << " to " << o.out.string() << '\n';
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string usage() {
+  return std::string(
+             "usage: gdn <command> [flags]\n"
+             "\n"
+             "GatedDeltaNet forward and backward on Vulkan compute.\n"
+             "\n"
+             "commands:\n"
+             "  info     the Vulkan devices, the chosen one, its limits and the kernel variant that runs\n"
+             "  run      the layer on .npy files (forward; --backward for the gradients)\n"
+             "  bench    time the layer at the 27B shape\n"
+             "  help     this text (also -h, --help; `gdn <command> --help` for one command)\n"
+             "\n"
+             "environment: GDN_DEVICE=<index or name substring> picks the device, GDN_VALIDATE=1 turns on\n"
+             "the Vulkan validation layer.\n"
+             "\n") +
+         kInfoUsage + "\n" + kRunUsage + "\n" + gdn::bench::usage();
+}
+
+int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  try {
+    if (args.empty()) {
+      err << usage();
+      return kExitUsage;
+    }
+    const std::string& cmd = args[0];
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (is_help(cmd)) {
+      out << usage();
+      return kExitOk;
+    }
+    if (cmd == "info") return run_info(rest, out, err);
+    if (cmd == "run") return run_run(rest, out, err);
+    if (cmd == "bench") return gdn::bench::main(rest, out, err);
+    err << "gdn: unknown command '" << cmd << "', expected info, run or bench (see gdn --help)\n";
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {
+    err << message_of(e) << '\n';
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    err << "gdn: out of host memory\n";
+    return kExitRuntime;
+  } catch (const std::exception& e) {  // gdn::Error, I/O
+    err << message_of(e) << '\n';
+    return kExitRuntime;
+  }
+}
+
+}  // namespace gdn::cli

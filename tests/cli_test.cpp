@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: MIT
+// The `gdn` tool run in-process (gdn::cli::main with string streams), each test in a fresh
+// temporary directory: `gdn run` agrees bit for bit with the host API it wraps, and every input
+// that does not fit SPEC.md's contract is refused with exit 2, a message naming the file (or flag)
+// with the expected and the actual shape, and nothing written.
+#include <gmock/gmock.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli.hpp"
+#include "cli/npy.hpp"
+#include "test_support.hpp"
+
+namespace gdn::test {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using Shape = std::vector<std::int64_t>;
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+Result gdn_cli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  Result r;
+  r.rc = cli::main(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+// A problem small enough for lavapipe: B=2, T=5, nv=2, nk=1 (C=512), K=4.
+struct Problem {
+  int B = 2, T = 5;
+  Config cfg{.nv = 2, .nk = 1, .conv_taps = 4};
+  Params p;
+  Batch x;
+};
+
+Problem make_problem(std::uint64_t seed = 7) {
+  Problem pr;
+  pr.p = random_params(pr.cfg, seed);
+  pr.x = random_batch(pr.cfg, pr.B, pr.T, seed + 10);
+  return pr;
+}
+
+// A version-1.0 .npy file with the given header dict (padded like NumPy's) and raw payload.
+void write_raw_npy(const fs::path& path, std::string dict, const std::string& payload) {
+  while ((10 + dict.size() + 1) % 64) dict += ' ';
+  dict += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += char(dict.size() & 0xff);
+  bytes += char(dict.size() >> 8);
+  std::ofstream(path, std::ios::binary) << bytes << dict << payload;
+}
+
+class Cli : public DeviceTest {
+ protected:
+  fs::path dir, in, out;
+  Problem pr = make_problem();
+
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = "gdn_cli_test_" + std::to_string(std::random_device{}()) + "_" + info->name();
+    for (char& c : name)
+      if (c == '/') c = '_';
+    dir = fs::temp_directory_path() / name;
+    in = dir / "in";
+    out = dir / "out";
+    fs::create_directories(in);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    DeviceTest::TearDown();
+  }
+
+  void put(const std::string& name, const Shape& shape, const std::vector<float>& data) const {
+    npy::write_f32(in / (name + ".npy"), shape, data);
+  }
+  // Writes a tensor of `shape` filled with small values (for shape misfits the values never matter).
+  void put_shape(const std::string& name, const Shape& shape) const {
+    std::size_t n = 1;
+    for (auto d : shape) n *= std::size_t(d);
+    put(name, shape, uniform(n, 99, -1, 1));
+  }
+  // All inputs of `pr` (and dout).
+  void put_all(bool with_dout = true) const {
+    const std::int64_t B = pr.B, T = pr.T, C = pr.cfg.channels(), V = pr.cfg.value_dim(), nv = pr.cfg.nv;
+    put("qkv", {B, T, C}, pr.x.qkv);
+    put("z", {B, T, V}, pr.x.z);
+    put("a", {B, T, nv}, pr.x.a);
+    put("b", {B, T, nv}, pr.x.b);
+    put("conv", {C, pr.cfg.conv_taps}, pr.p.conv);
+    put("a_log", {nv}, pr.p.a_log);
+    put("dt_bias", {nv}, pr.p.dt_bias);
+    put("norm", {kHeadDim}, pr.p.norm);
+    if (with_dout) put("dout", {B, T, V}, pr.x.dout);
+  }
+
+  std::vector<std::string> run_args(std::vector<std::string> extra = {}) const {
+    std::vector<std::string> args = {"run", "--in", in.string(), "--out", out.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  bool out_is_empty() const { return !fs::exists(out) || fs::is_empty(out); }
+
+  // Exit 2, every one of `words` in the message, nothing in --out.
+  void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& words) const {
+    const Result r = gdn_cli(args);
+    EXPECT_EQ(r.rc, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("gdn: "));
+    for (const auto& w : words) EXPECT_THAT(r.err, HasSubstr(w));
+    EXPECT_TRUE(out_is_empty()) << "the refused run wrote into " << out;
+    EXPECT_EQ(r.out, "");
+  }
+
+  npy::Array read_out(const std::string& name) const { return npy::read_f32(out / (name + ".npy")); }
+};
+
+void expect_bitwise(const std::string& name, const npy::Array& got, const Shape& shape,
+                    const std::vector<float>& want) {
+  EXPECT_EQ(got.shape, shape) << name;
+  ASSERT_EQ(got.data.size(), want.size()) << name;
+  EXPECT_EQ(std::memcmp(got.data.data(), want.data(), want.size() * sizeof(float)), 0)
+      << name << " differs from the host API's result";
+  EXPECT_EQ(count_nonfinite(got.data), 0u) << name;
+}
+
+// ---- gdn run: results ----------------------------------------------------------------------------
+
+TEST_F(Cli, RunForwardMatchesHostApi) {
+  put_all(false);
+  const Result r = gdn_cli(run_args());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("B=2 T=5 nv=2 nk=1 K=4"), HasSubstr("out.npy")));
+
+  Layer layer(context(), pr.cfg, pr.p);
+  const auto want = layer.forward(pr.B, pr.T, {pr.x.qkv, pr.x.z, pr.x.a, pr.x.b});
+  expect_bitwise("out", read_out("out"), {2, 5, 256}, want);
+  // Only out.npy: no gradients, no staging leftovers.
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().filename().string());
+  EXPECT_THAT(files, ::testing::ElementsAre("out.npy"));
+}
+
+TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
+  // The flags reach the layer: a non-default eps and checkpoint interval, an explicit variant.
+  pr.cfg.rms_eps = 1e-3f;
+  pr.cfg.checkpoint_interval = 3;
+  pr.cfg.variant = Variant::PerHead;
+  put_all();
+  const Result r = gdn_cli(run_args({"--backward", "--eps", "1e-3", "--ckpt=3", "--variant", "per-head"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  Layer layer(context(), pr.cfg, pr.p);
+  Tape tape;
+  const auto want = layer.forward(pr.B, pr.T, {pr.x.qkv, pr.x.z, pr.x.a, pr.x.b}, &tape);
+  const HostGrads g = layer.backward(tape, pr.x.dout);
+  expect_bitwise("out", read_out("out"), {2, 5, 256}, want);
+  expect_bitwise("dqkv", read_out("dqkv"), {2, 5, 512}, g.dqkv);
+  expect_bitwise("dz", read_out("dz"), {2, 5, 256}, g.dz);
+  expect_bitwise("da", read_out("da"), {2, 5, 2}, g.da);
+  expect_bitwise("db", read_out("db"), {2, 5, 2}, g.db);
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++n;
+  EXPECT_EQ(n, 5u);
+}
+
+TEST_F(Cli, RunEpsChangesTheResult) {
+  put_all(false);
+  ASSERT_EQ(gdn_cli(run_args()).rc, 0);
+  const auto def = read_out("out");
+  ASSERT_EQ(gdn_cli(run_args({"--eps", "0.5"})).rc, 0);
+  EXPECT_NE(read_out("out").data, def.data) << "--eps did not reach the layer";
+}
+
+TEST_F(Cli, RunCreatesNestedOutDirAndOverwrites) {
+  put_all(false);
+  out = dir / "a" / "b" / "out";
+  ASSERT_EQ(gdn_cli(run_args()).rc, 0);
+  ASSERT_TRUE(fs::exists(out / "out.npy"));
+  ASSERT_EQ(gdn_cli(run_args()).rc, 0);  // an existing out.npy is replaced
+  EXPECT_EQ(read_out("out").shape, (Shape{2, 5, 256}));
+}
+
+TEST_F(Cli, RunSubgroupVariantRunsOrFailsCleanly) {
+  // Either the device builds the subgroup kernels and the run succeeds, or the run fails with
+  // exit 1 (a device limit, not the caller's input) and writes nothing.
+  put_all(false);
+  const Result r = gdn_cli(run_args({"--variant", "subgroup"}));
+  if (r.rc == 0) {
+    EXPECT_EQ(read_out("out").shape, (Shape{2, 5, 256}));
+  } else {
+    EXPECT_EQ(r.rc, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("subgroup"));
+    EXPECT_TRUE(out_is_empty());
+  }
+}
+
+// ---- gdn run: refused input files ----------------------------------------------------------------
+
+TEST_F(Cli, RefusesMissingFile) {
+  put_all(false);
+  fs::remove(in / "z.npy");
+  expect_refused(run_args(), {"z.npy", "missing", in.string()});
+  fs::remove(in / "norm.npy");
+  expect_refused(run_args(), {"z.npy, norm.npy", "missing"});
+}
+
+TEST_F(Cli, RefusesMissingDoutWithBackward) {
+  put_all(false);
+  expect_refused(run_args({"--backward"}), {"dout.npy", "missing"});
+}
+
+TEST_F(Cli, RefusesMissingInputDir) {
+  in = dir / "nope";
+  expect_refused(run_args(), {"--in", "nope", "no such directory"});
+}
+
+TEST_F(Cli, RefusesWrongDtype) {
+  put_all(false);
+  write_raw_npy(in / "a.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 5, 2), }",
+                std::string(8 * 20, '\0'));
+  expect_refused(run_args(), {"a.npy", "'<f8'", "expected '<f4'"});
+}
+
+TEST_F(Cli, RefusesFortranOrder) {
+  put_all(false);
+  write_raw_npy(in / "b.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 5, 2), }",
+                std::string(4 * 20, '\0'));
+  expect_refused(run_args(), {"b.npy", "fortran_order", "C order"});
+}
+
+TEST_F(Cli, RefusesTruncatedFile) {
+  put_all(false);
+  const auto path = in / "qkv.npy";
+  fs::resize_file(path, fs::file_size(path) - 4);
+  expect_refused(run_args(), {"qkv.npy", "truncated", "[2, 5, 512]"});
+}
+
+TEST_F(Cli, RefusesNotNpy) {
+  put_all(false);
+  std::ofstream(in / "conv.npy") << "conv,taps\n1,2\n";
+  expect_refused(run_args(), {"conv.npy", "not a .npy file"});
+}
+
+struct Misfit {
+  const char* label;
+  const char* file;       // the file rewritten with `shape`
+  Shape shape;
+  std::vector<std::string> words;  // expected in the message (file, actual, expected)
+};
+
+void PrintTo(const Misfit& m, std::ostream* os) { *os << m.label; }
+
+class CliMisfit : public Cli, public ::testing::WithParamInterface<Misfit> {};
+
+TEST_P(CliMisfit, IsRefused) {
+  const Misfit& m = GetParam();
+  put_all();
+  put_shape(m.file, m.shape);
+  auto words = m.words;
+  words.push_back(std::string(m.file) + ".npy: shape " + npy::shape_str(m.shape));
+  expect_refused(run_args({"--backward"}), words);
+  // The same with an existing --out directory: still empty afterwards.
+  fs::create_directories(out);
+  expect_refused(run_args({"--backward"}), words);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CliMisfit,
+    ::testing::Values(
+        Misfit{"QkvRank", "qkv", {10, 512}, {"expected [B, T, C]"}},
+        Misfit{"QkvEmptyBatch", "qkv", {0, 5, 512}, {"expected [B, T, C]", ">= 1"}},
+        Misfit{"ZWrongBatch", "z", {3, 5, 256}, {"expected [2, 5, nv*128]", "B=2, T=5 from qkv.npy"}},
+        Misfit{"ZNotMultipleOf128", "z", {2, 5, 200}, {"expected [2, 5, nv*128]"}},
+        Misfit{"CInconsistentWithNk", "qkv", {2, 5, 600},
+               {"expected [2, 5, 256*nk + 256]", "nv=2 from z.npy", "C = (2*nk + nv)*128"}},
+        Misfit{"CTooSmallForAKeyHead", "qkv", {2, 5, 256}, {"expected [2, 5, 256*nk + 256]"}},
+        Misfit{"AWrongT", "a", {2, 4, 2},
+               {"expected [2, 5, 2]", "[B, T, nv] with B=2, T=5 from qkv.npy and nv=2 from z.npy"}},
+        Misfit{"BWrongNv", "b", {2, 5, 3}, {"expected [2, 5, 2]"}},
+        Misfit{"ARank2", "a", {10, 2}, {"expected [2, 5, 2]"}},
+        Misfit{"ConvWrongC", "conv", {500, 4}, {"expected [512, K]", "C=512 from qkv.npy"}},
+        Misfit{"ConvRank1", "conv", {2048}, {"expected [512, K]"}},
+        Misfit{"ConvNoTaps", "conv", {512, 0}, {"expected [512, K] with K >= 1"}},
+        Misfit{"ALogWrongNv", "a_log", {3}, {"expected [2]", "nv=2 from z.npy"}},
+        Misfit{"DtBiasScalarShape", "dt_bias", {1, 2}, {"expected [2]"}},
+        Misfit{"NormNot128", "norm", {64}, {"expected [128]", "D=128"}},
+        Misfit{"DoutWrongShape", "dout", {2, 5, 512}, {"expected [2, 5, 256]", "shape of out"}}),
+    [](const ::testing::TestParamInfo<Misfit>& i) { return std::string(i.param.label); });
+
+TEST_F(Cli, RefusesNvNotMultipleOfNk) {
+  // nv = 3 value heads (z [2, 5, 384]) and nk = 2 key heads (C = (2*2 + 3)*128 = 896).
+  put_all(false);
+  put_shape("qkv", {2, 5, 896});
+  put_shape("z", {2, 5, 384});
+  put_shape("a", {2, 5, 3});
+  put_shape("b", {2, 5, 3});
+  put_shape("conv", {896, 4});
+  put_shape("a_log", {3});
+  put_shape("dt_bias", {3});
+  expect_refused(run_args(), {"z.npy: shape [2, 5, 384]", "nv=3", "multiple of nk=2", "qkv.npy shape [2, 5, 896]"});
+}
+
+TEST_F(Cli, AcceptsOtherShapes) {
+  // nv = 4, nk = 2 (rep 2), K = 2, B = 1, T = 3: everything inferred from the files.
+  Problem& p = pr;
+  p.B = 1;
+  p.T = 3;
+  p.cfg = Config{.nv = 4, .nk = 2, .conv_taps = 2};
+  p.p = random_params(p.cfg, 3);
+  p.x = random_batch(p.cfg, p.B, p.T, 4);
+  put_all();
+  const Result r = gdn_cli(run_args({"--backward"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("B=1 T=3 nv=4 nk=2 K=2"));
+  EXPECT_EQ(read_out("out").shape, (Shape{1, 3, 512}));
+  EXPECT_EQ(read_out("dqkv").shape, (Shape{1, 3, 1024}));
+  EXPECT_EQ(read_out("da").shape, (Shape{1, 3, 4}));
+}
+
+// ---- gdn run: refused flags ----------------------------------------------------------------------
+
+struct BadFlags {
+  const char* label;
+  std::vector<std::string> extra;  // appended to `run --in IN --out OUT`
+  std::vector<std::string> words;
+};
+
+void PrintTo(const BadFlags& f, std::ostream* os) { *os << f.label; }
+
+class CliBadFlags : public Cli, public ::testing::WithParamInterface<BadFlags> {};
+
+TEST_P(CliBadFlags, IsRefused) {
+  put_all();
+  expect_refused(run_args(GetParam().extra), GetParam().words);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, CliBadFlags,
+    ::testing::Values(BadFlags{"EpsNotANumber", {"--eps", "abc"}, {"--eps", "'abc'", "expected a finite number >= 0"}},
+                      BadFlags{"EpsTrailingJunk", {"--eps", "1e-6x"}, {"--eps", "'1e-6x'"}},
+                      BadFlags{"EpsNegative", {"--eps", "-1"}, {"--eps", "-1", "negative", ">= 0"}},
+                      BadFlags{"EpsNan", {"--eps=nan"}, {"--eps", "finite"}},
+                      BadFlags{"EpsMissingValue", {"--eps"}, {"--eps", "needs a value"}},
+                      BadFlags{"CkptZero", {"--ckpt", "0"}, {"--ckpt", "0", ">= 1"}},
+                      BadFlags{"CkptNotInteger", {"--ckpt", "1.5"}, {"--ckpt", "'1.5'", "integer >= 1"}},
+                      BadFlags{"CkptHuge", {"--ckpt", "99999999999"}, {"--ckpt", "99999999999", ">= 1"}},
+                      BadFlags{"VariantUnknown", {"--variant", "fast"}, {"--variant", "'fast'", "auto, subgroup or per-head"}},
+                      BadFlags{"UnknownFlag", {"--bogus"}, {"unknown flag '--bogus'"}},
+                      BadFlags{"StrayArgument", {"extra"}, {"unknown argument 'extra'"}},
+                      BadFlags{"BackwardWithValue", {"--backward=yes"}, {"--backward takes no value"}},
+                      BadFlags{"RepeatedFlag", {"--ckpt", "2", "--ckpt", "3"}, {"--ckpt given more than once"}},
+                      BadFlags{"ValueIsAFlag", {"--variant", "--backward"}, {"--variant needs a value"}}),
+    [](const ::testing::TestParamInfo<BadFlags>& i) { return std::string(i.param.label); });
+
+TEST_F(Cli, RefusesMissingInOrOut) {
+  put_all();
+  expect_refused({"run", "--out", out.string()}, {"--in DIR is required"});
+  expect_refused({"run", "--in", in.string()}, {"--out DIR is required"});
+  expect_refused({"run"}, {"--in DIR is required"});
+  expect_refused({"run", "--in", "--out", out.string()}, {"--in needs a value"});
+}
+
+TEST_F(Cli, RefusesOutThatIsAFile) {
+  put_all();
+  std::ofstream(out) << "x";
+  const Result r = gdn_cli(run_args());
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--out"), HasSubstr("not a directory")));
+  EXPECT_EQ(fs::file_size(out), 1u);
+}
+
+TEST_F(Cli, RunHelp) {
+  const Result r = gdn_cli({"run", "--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_THAT(r.out, AllOf(HasSubstr("--backward"), HasSubstr("--ckpt"), HasSubstr("--variant")));
+}
+
+// ---- gdn, gdn info ---------------------------------------------------------------------------------
+
+TEST_F(Cli, Info) {
+  const Result r = gdn_cli({"info"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(context()->device().name));
+  EXPECT_THAT(r.out, AllOf(HasSubstr("subgroup size"), HasSubstr("max storage buffer range"),
+                           HasSubstr("max shared memory"), HasSubstr("device-local heaps"),
+                           HasSubstr("timestamps")));
+  EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("auto runs                  per-head"),
+                                      HasSubstr("auto runs                  subgroup")));
+  EXPECT_EQ(gdn_cli({"info", "--bogus"}).rc, 2);
+}
+
+TEST_F(Cli, Help) {
+  for (const char* h : {"--help", "-h", "help"}) {
+    const Result r = gdn_cli({h});
+    EXPECT_EQ(r.rc, 0) << h;
+    EXPECT_THAT(r.out, AllOf(HasSubstr("info"), HasSubstr("run"), HasSubstr("bench"), HasSubstr("--in DIR"),
+                             HasSubstr("--backward"), HasSubstr("--eps"), HasSubstr("--ckpt"), HasSubstr("--variant")))
+        << h;
+  }
+  const Result none = gdn_cli({});
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_THAT(none.err, HasSubstr("usage: gdn"));
+}
+
+TEST_F(Cli, UnknownCommand) {
+  const Result r = gdn_cli({"frobnicate", "--in", "x"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("unknown command 'frobnicate'"), HasSubstr("info, run or bench")));
+  EXPECT_THAT(r.out, Not(HasSubstr("usage")));
+}
+
+}  // namespace
+}  // namespace gdn::test
