@@ -1,5 +1,6 @@
-# gdn_add_shaders(<target> OUTPUT_HEADER <file> SOURCES <a.comp> ...)
+# gdn_add_shaders(<target> OUTPUT_HEADER <file> SOURCES <a.comp> ... [VARIANT <name> <b.comp> <DEFINE>] ...)
 #
+# A VARIANT builds <b.comp> again under another name with -D<DEFINE> (one source, several builds).
 # One build rule per shader: glslc compiles it with a depfile (an edited include rebuilds its users),
 # spirv-val checks the result, and cmake/EmbedSpirv.cmake turns it into a header holding
 # `inline constexpr std::array<uint32_t, N> <name>` in namespace gdn::spirv. OUTPUT_HEADER includes
@@ -10,19 +11,43 @@ find_program(GDN_SPIRV_VAL spirv-val REQUIRED)
 set(GDN_SHADER_ENV vulkan1.2 CACHE STRING "glslc --target-env for the compute shaders")
 
 function(gdn_add_shaders target)
-  cmake_parse_arguments(ARG "" "OUTPUT_HEADER" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "" "OUTPUT_HEADER" "SOURCES;VARIANT" ${ARGN})
   get_filename_component(out_dir ${ARG_OUTPUT_HEADER} DIRECTORY)
   set(headers)
   set(includes "")
+  set(builds)
   foreach(src IN LISTS ARG_SOURCES)
     get_filename_component(name ${src} NAME_WE)
+    list(APPEND builds "${name}|${src}|")
+  endforeach()
+  list(LENGTH ARG_VARIANT nvar)
+  if(nvar GREATER 0)
+    math(EXPR last "${nvar} - 1")
+    foreach(i RANGE 0 ${last} 3)
+      math(EXPR i1 "${i} + 1")
+      math(EXPR i2 "${i} + 2")
+      list(GET ARG_VARIANT ${i} vname)
+      list(GET ARG_VARIANT ${i1} vsrc)
+      list(GET ARG_VARIANT ${i2} vdef)
+      list(APPEND builds "${vname}|${vsrc}|-D${vdef}")
+    endforeach()
+  endif()
+  foreach(build IN LISTS builds)
+    string(REPLACE "|" ";" parts "${build}")
+    list(GET parts 0 name)
+    list(GET parts 1 src)
+    list(LENGTH parts np)
+    set(defines)
+    if(np GREATER 2)
+      list(GET parts 2 defines)
+    endif()
     set(abs ${CMAKE_CURRENT_SOURCE_DIR}/${src})
     set(spv ${CMAKE_CURRENT_BINARY_DIR}/shaders/${name}.spv)
     set(hdr ${out_dir}/spirv/${name}.hpp)
     add_custom_command(
       OUTPUT ${spv}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/shaders
-      COMMAND ${GDN_GLSLC} --target-env=${GDN_SHADER_ENV} -O -Werror
+      COMMAND ${GDN_GLSLC} --target-env=${GDN_SHADER_ENV} -O -Werror ${defines}
               -I ${CMAKE_CURRENT_SOURCE_DIR}/shaders -MD -MF ${spv}.d -o ${spv} ${abs}
       COMMAND ${GDN_SPIRV_VAL} --target-env ${GDN_SHADER_ENV} ${spv}
       DEPENDS ${abs}

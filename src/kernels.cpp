@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: MIT
 #include "kernels.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "gdn/spirv.hpp"
 
 namespace gdn::detail {
 namespace {
 
 std::unique_ptr<gpu::Pipeline> make(gpu::Device& dev, const char* name, std::span<const std::uint32_t> spirv,
-                                    std::uint32_t bindings, std::uint32_t shared_bytes) {
+                                    std::uint32_t bindings, std::uint32_t shared_bytes,
+                                    std::vector<std::uint32_t> spec = {}, std::uint32_t subgroup_size = 0) {
   return dev.create_pipeline({.name = name, .spirv = spirv, .bindings = bindings,
-                              .push_constant_bytes = sizeof(Push), .spec = {}, .required_subgroup_size = 0,
-                              .full_subgroups = false, .shared_bytes = shared_bytes});
+                              .push_constant_bytes = sizeof(Push), .spec = std::move(spec),
+                              .required_subgroup_size = subgroup_size, .full_subgroups = subgroup_size != 0,
+                              .shared_bytes = shared_bytes});
 }
 
 constexpr std::uint32_t kD = 128;
@@ -28,6 +33,54 @@ PerHeadKernels build_per_head(gpu::Device& dev) {
   return {.rec_fwd = make(dev, "rec_fwd", spirv::rec_fwd, 9, (16 * kD + 5 * kD) * 4),
           .rec_bwd = make(dev, "rec_bwd", spirv::rec_bwd, 17, (16 * kD + 7 * kD) * 4),
           .qk_bwd = make(dev, "qk_bwd", spirv::qk_bwd, 4, 2 * kD * 4)};
+}
+
+SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {
+  if (!info.subgroup_shuffle)
+    return {0, "the device has no subgroup shuffle and arithmetic operations in compute shaders"};
+  // The kernels put 8 lanes on a column and need whole subgroups in a 256-invocation workgroup.
+  auto usable = [](std::uint32_t s) { return s >= 8 && s <= 64 && (s & (s - 1)) == 0; };
+  if (info.min_subgroup_size == info.max_subgroup_size) {
+    if (usable(info.subgroup_size)) return {info.subgroup_size, ""};
+    return {0, "subgroups of " + std::to_string(info.subgroup_size) + " (the kernels need 8, 16, 32 or 64)"};
+  }
+  if (!info.subgroup_size_control)
+    return {0, "subgroup sizes vary (" + std::to_string(info.min_subgroup_size) + " to " +
+                   std::to_string(info.max_subgroup_size) + ") and the device cannot fix one per pipeline"};
+  for (std::uint32_t s : {32u, 64u, 16u, 8u})  // 32: four columns per subgroup, the layout tuned for
+    if (usable(s) && s >= info.min_subgroup_size && s <= info.max_subgroup_size) return {s, ""};
+  return {0, "no subgroup size of 8, 16, 32 or 64 in the device's range"};
+}
+
+namespace {
+// Shared memory of the column-split kernels (bytes), mirrored from their declarations.
+constexpr std::uint32_t rec_fwd2_shared() { return 16 * kD * 4 * 2 + 16 * 32 * 4 + 2 * 16 * 4; }
+constexpr std::uint32_t rec_bwd2_shared(std::uint32_t cs, std::uint32_t sg) {
+  const std::uint32_t slots = std::min<std::uint32_t>(256 / sg, 8);
+  return cs * (kD * 4 * 2 + 3 * 32 * 4 + 2 * 4) + 2 * slots * kPartialWords * 4;
+}
+}  // namespace
+
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg) {
+  SubgroupKernels k;
+  k.subgroup_size = sg;
+  k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
+  k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, kD * 4);
+  k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, kD * 4);
+  k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 8, 2 * kD * 4);
+  return k;
+}
+
+const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32_t cs) {
+  auto& p = rec_bwd2[cs];
+  if (!p) {
+    // CPU drivers get the build with rolled segment loops: the same math, minutes less to compile.
+    const bool rolled = dev.info().type == "cpu";
+    p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(),
+             rolled ? std::span<const std::uint32_t>(spirv::rec_bwd2_rolled) : std::span<const std::uint32_t>(spirv::rec_bwd2),
+             8, rec_bwd2_shared(cs, subgroup_size), {subgroup_size, cs}, subgroup_size);
+  }
+  return *p;
 }
 
 }  // namespace gdn::detail

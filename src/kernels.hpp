@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "vk/device.hpp"
 
@@ -37,7 +39,30 @@ struct PerHeadKernels {
   std::unique_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
 };
 
+/// The column-split family (shaders/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
+struct SubgroupKernels {
+  std::uint32_t subgroup_size = 0;
+  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;
+  /// rec_bwd2 holds a segment's states in registers: one pipeline per segment length, built on demand.
+  std::map<std::uint32_t, std::unique_ptr<gpu::Pipeline>> rec_bwd2;
+  const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
+};
+
+/// Words per (token, v-head, column block) record of rec_bwd2's partials: dq^ 128, dk^ 128, dbeta, dg.
+inline constexpr std::uint32_t kPartialWords = 258;
+/// Column blocks (workgroups) per (window, v-head) of the column-split family.
+inline constexpr std::uint32_t kColumnBlocks = 4;
+
 CommonKernels build_common(gpu::Device& dev);
 PerHeadKernels build_per_head(gpu::Device& dev);
+
+/// The subgroup size the column-split kernels would run with on this device, or an explanation of
+/// why they cannot run there.
+struct SubgroupChoice {
+  std::uint32_t size = 0;  // 0: not available
+  std::string why_not;
+};
+SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size);
 
 }  // namespace gdn::detail

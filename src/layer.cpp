@@ -65,10 +65,11 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> o;      // [B, T, nv*D] o before the norm
   std::unique_ptr<gpu::Buffer> inv;    // [B, T, nv] 1/rms
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
+  std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape)
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck})
+    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -85,14 +86,15 @@ struct TapeState {
 /// Scratch of one backward, sized for (B, T).
 struct BackwardState {
   int B = 0, T = 0;
-  std::unique_ptr<gpu::Buffer> scr;  // [B, nv, cs, D*D] replayed states
-  std::unique_ptr<gpu::Buffer> kvs;  // [B, nv, cs, D] replayed kv
-  std::unique_ptr<gpu::Buffer> dqk;  // [2][B, T, nv, D] per-v-head dq^, dk^
+  std::unique_ptr<gpu::Buffer> scr;  // per-head: [B, nv, cs, D*D] replayed states
+  std::unique_ptr<gpu::Buffer> kvs;  // per-head: [B, nv, cs, D] replayed kv
+  std::unique_ptr<gpu::Buffer> dqk;  // per-head: [2][B, T, nv, D] dq^, dk^; column-split: [B, T, nv][4][258] partials
+  std::unique_ptr<gpu::Buffer> do_;  // column-split: [B, T, nv*D] grad of o
   std::unique_ptr<gpu::Buffer> dy;   // [B, T, C] grad of the conv + silu output
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &dy})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -106,7 +108,8 @@ struct LayerImpl {
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   CommonKernels common;
-  PerHeadKernels per_head;
+  PerHeadKernels per_head;    // built for Variant::PerHead
+  SubgroupKernels subgroup;   // built for Variant::Subgroup
   ForwardState scratch_fwd;  // for forwards without a tape
   BackwardState bwd;
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
@@ -125,7 +128,10 @@ struct LayerImpl {
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
     norm = upload({kHeadDim}, "norm", p.norm);
     common = build_common(dev);
-    per_head = build_per_head(dev);
+    if (variant == Variant::PerHead)
+      per_head = build_per_head(dev);
+    else
+      subgroup = build_subgroup(dev, choose_subgroup_size(dev.info()).size);
   }
 
   void validate_config(const Params& p) const {
@@ -147,8 +153,12 @@ struct LayerImpl {
   }
 
   Variant resolve_variant(Variant v) const {
+    if (v == Variant::PerHead) return v;
+    const auto choice = choose_subgroup_size(dev.info());
+    if (choice.size) return Variant::Subgroup;
     if (v == Variant::Subgroup)
-      throw Error("the subgroup kernel family is not built yet; use Variant::PerHead or Auto");
+      throw Error("the subgroup kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
+                  "; use Variant::PerHead (--variant per-head) or Auto");
     return Variant::PerHead;
   }
 
@@ -184,18 +194,24 @@ struct LayerImpl {
     // Per-head checkpoints: the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
+    if (variant == Variant::Subgroup) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     f.B = B;
     f.T = T;
     f.keep = keep;
   }
 
   void ensure_backward(int B, int T) {
-    if (bwd.B == B && bwd.T == T && bwd.scr) return;
+    if (bwd.B == B && bwd.T == T && bwd.dy) return;
     bwd = BackwardState{};
     const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, cs = interval(T);
-    bwd.scr = buffer("replay scratch", std::size_t(B) * nv * cs * kD * kD);
-    bwd.kvs = buffer("replay kv", std::size_t(B) * nv * cs * kD);
-    bwd.dqk = buffer("dqk per v-head", 2 * BT * nv * kD);
+    if (variant == Variant::PerHead) {
+      bwd.scr = buffer("replay scratch", std::size_t(B) * nv * cs * kD * kD);
+      bwd.kvs = buffer("replay kv", std::size_t(B) * nv * cs * kD);
+      bwd.dqk = buffer("dqk per v-head", 2 * BT * nv * kD);
+    } else {
+      bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
+      bwd.dqk = buffer("dqk partials", BT * nv * kColumnBlocks * kPartialWords);
+    }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
     bwd.B = B;
     bwd.T = T;
@@ -251,10 +267,18 @@ struct LayerImpl {
     r.mark("qk_prep");
     r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
     r.mark("gate_prep");
-    r.dispatch(*per_head.rec_fwd,
-               {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
-               std::uint64_t(B) * cfg.nv);
-    r.mark("rec_fwd");
+    if (variant == Variant::PerHead) {
+      r.dispatch(*per_head.rec_fwd,
+                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
+                 std::uint64_t(B) * cfg.nv);
+      r.mark("rec_fwd");
+      return;
+    }
+    r.dispatch(*subgroup.rec_fwd2, {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
+               std::uint64_t(B) * cfg.nv * kColumnBlocks);
+    r.mark("rec_fwd2");
+    r.dispatch(*subgroup.norm_fwd2, {v(*f.o), v(in.z), v(norm), v(out), v(*f.inv)}, pc, BT * cfg.nv);
+    r.mark("norm_fwd2");
   }
 
   void record_backward(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
@@ -263,13 +287,27 @@ struct LayerImpl {
     const Push pc = push(B, T, true);
     const std::uint64_t BT = std::uint64_t(B) * T;
     const auto& in = st.inputs;
-    r.dispatch(*per_head.rec_bwd,
-               {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
-                v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
-               pc, std::uint64_t(B) * cfg.nv);
-    r.mark("rec_bwd");
-    r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
-    r.mark("qk_bwd");
+    if (variant == Variant::PerHead) {
+      r.dispatch(*per_head.rec_bwd,
+                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
+                  v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
+                 pc, std::uint64_t(B) * cfg.nv);
+      r.mark("rec_bwd");
+      r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
+      r.mark("qk_bwd");
+    } else {
+      r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
+                 BT * cfg.nv);
+      r.mark("norm_bwd2");
+      r.dispatch(subgroup.backward_for(dev, pc.cs),
+                 {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
+                 std::uint64_t(B) * cfg.nv * kColumnBlocks);
+      r.mark("rec_bwd2");
+      r.dispatch(*subgroup.qk_bwd2,
+                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db)}, pc,
+                 BT * cfg.nk);
+      r.mark("qk_bwd2");
+    }
     r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, (BT * cfg.channels() + 255) / 256);
     r.mark("conv_bwd");
   }
@@ -333,7 +371,7 @@ std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   std::vector<std::pair<std::string, std::size_t>> out;
   if (!state_) return out;
   const auto& f = state_->fwd;
-  for (const auto* b : {&f.y, &f.qkn, &f.nq, &f.gates, &f.o, &f.inv, &f.ck})
+  for (const auto* b : {&f.y, &f.qkn, &f.nq, &f.gates, &f.o, &f.inv, &f.ck, &f.kv})
     if (*b) out.emplace_back((*b)->name, (*b)->bytes);
   if (state_->owns_inputs)
     for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b})

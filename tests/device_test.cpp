@@ -120,7 +120,8 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Parity,
-                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(Variant::PerHead)),
+                         ::testing::Combine(::testing::ValuesIn(kCases),
+                                            ::testing::Values(Variant::PerHead, Variant::Subgroup)),
                          param_name);
 
 // The checks above must be able to fail: a wrong parameter on the device side (norm off by 1%)

@@ -88,7 +88,7 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   info.min_subgroup_size = v13 ? sgc.minSubgroupSize : sg.subgroupSize;
   info.max_subgroup_size = v13 ? sgc.maxSubgroupSize : sg.subgroupSize;
   const auto need_ops = vk::SubgroupFeatureFlagBits::eBasic | vk::SubgroupFeatureFlagBits::eShuffle |
-                        vk::SubgroupFeatureFlagBits::eShuffleRelative | vk::SubgroupFeatureFlagBits::eArithmetic;
+                        vk::SubgroupFeatureFlagBits::eArithmetic;
   info.subgroup_shuffle = (sg.supportedStages & vk::ShaderStageFlagBits::eCompute) &&
                           (sg.supportedOperations & need_ops) == need_ops;
   if (v13) {

@@ -1,0 +1,36 @@
+#version 460
+// Gated RMSNorm forward over the o of rec_fwd2: one workgroup of D invocations per (b, t, h) row.
+//   out = o / sqrt(mean(o^2) + eps) * norm * silu(z)
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "common.glsl"
+layout(local_size_x = 128) in;
+
+layout(set = 0, binding = 0) readonly buffer O { float o_pre[]; };      // [B, T, nv*D]
+layout(set = 0, binding = 1) readonly buffer Z { float z[]; };          // [B, T, nv*D]
+layout(set = 0, binding = 2) readonly buffer Norm { float norm_w[]; };  // [D]
+layout(set = 0, binding = 3) writeonly buffer Out { float out_[]; };    // [B, T, nv*D]
+layout(set = 0, binding = 4) writeonly buffer Inv { float inv_rms[]; }; // [B, T, nv]
+
+shared float partial[D];  // one per subgroup (at most D subgroups)
+
+// Sum over the workgroup: subgroup sums, then the subgroups' partials.
+float workgroup_sum(float v) {
+  v = subgroupAdd(v);
+  if (subgroupElect()) partial[gl_SubgroupID] = v;
+  barrier();
+  float s = 0.0;
+  for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[i];
+  return s;
+}
+
+void main() {
+  const uint row = linear_group();  // (b*T + t)*nv + h
+  if (row >= pc.nb * pc.t * pc.nv) return;
+  const uint tid = gl_LocalInvocationIndex;
+  const uint i = row * D + tid;
+  const float o = o_pre[i];
+  const float inv = 1.0 / sqrt(workgroup_sum(o * o) / float(D) + pc.eps);
+  out_[i] = o * inv * norm_w[tid] * silu(z[i]);
+  if (tid == 0u) inv_rms[row] = inv;
+}

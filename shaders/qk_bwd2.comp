@@ -1,0 +1,60 @@
+#version 460
+// q/k backward, column-split family: one workgroup of D invocations per (b, t, k-head). Adds up the
+// per-workgroup partials of rec_bwd2 over the NWG column blocks and the rep value heads of this key
+// head, applies the l2-norm backward into dy's q and k parts, and turns dbeta and dg into db and da:
+//   da = dg * g * (-exp(a_log)) * sigmoid(a + dt_bias),  db = dbeta * beta (1 - beta)
+#include "common.glsl"
+layout(local_size_x = 128) in;
+
+#define NWG 4u
+#define PW 258u
+
+layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C] conv + silu output
+layout(set = 0, binding = 1) readonly buffer Nq { float nq[]; };        // [2][B, T, nk]
+layout(set = 0, binding = 2) readonly buffer Dqk { float dqk[]; };      // [B, T, nv][NWG][PW]
+layout(set = 0, binding = 3) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
+layout(set = 0, binding = 4) readonly buffer ALog { float a_log[]; };   // [nv]
+layout(set = 0, binding = 5) buffer Dy { float dy[]; };                 // [B, T, C]: writes q and k parts
+layout(set = 0, binding = 6) writeonly buffer Da { float da[]; };       // [B, T, nv]
+layout(set = 0, binding = 7) writeonly buffer Db { float db[]; };       // [B, T, nv]
+
+shared float red[2 * D];
+#include "l2_bwd.glsl"
+
+void main() {
+  const uint idx = linear_group();  // (b*T + t)*nk + key head
+  if (idx >= pc.nb * pc.t * pc.nk) return;
+  const uint tid = gl_LocalInvocationIndex;
+  const uint ko = idx % pc.nk;
+  const uint bt = idx / pc.nk;
+  const uint n_bt = pc.nb * pc.t;
+  const uint rep = pc.nv / pc.nk;
+  float dq = 0.0, dk = 0.0;
+  for (uint r = 0u; r < rep; ++r) {
+    const uint at = (bt * pc.nv + ko * rep + r) * NWG * PW;
+    [[unroll]] for (uint w = 0u; w < NWG; ++w) {
+      dq += dqk[at + w * PW + tid];
+      dk += dqk[at + w * PW + D + tid];
+    }
+  }
+  for (uint r = tid; r < rep; r += D) {
+    const uint h = ko * rep + r;
+    const uint at = (bt * pc.nv + h) * NWG * PW;
+    float dbeta = 0.0, dg = 0.0;
+    [[unroll]] for (uint w = 0u; w < NWG; ++w) {
+      dbeta += dqk[at + w * PW + 256u];
+      dg += dqk[at + w * PW + 257u];
+    }
+    const float g = gates[bt * pc.nv + h];
+    const float beta = gates[(n_bt + bt) * pc.nv + h];
+    const float arg = gates[(2u * n_bt + bt) * pc.nv + h];
+    da[bt * pc.nv + h] = dg * g * (-exp(a_log[h])) * sigmoid(arg);
+    db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
+  }
+  const float q = y[bt * pc.c_dim + ko * D + tid];
+  const float k = y[bt * pc.c_dim + pc.nk * D + ko * D + tid];
+  float dq_raw, dk_raw;
+  l2_backward(tid, idx, q, k, dq, dk, dq_raw, dk_raw);
+  dy[bt * pc.c_dim + ko * D + tid] = dq_raw;
+  dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = dk_raw;
+}
