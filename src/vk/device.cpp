@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -212,7 +213,25 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
                                            .computeFullSubgroups = info_.subgroup_size_control};
     vk::PhysicalDeviceFeatures2 f2{};
     if (physical_.getProperties().apiVersion >= VK_API_VERSION_1_3) f2.pNext = &f13;
-    device_ = vk::raii::Device(physical_, vk::DeviceCreateInfo{.pNext = &f2, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci});
+    // GDN_PIPELINE_STATS=1: the driver's statistics of every pipeline (registers, spills) on stderr.
+    std::vector<const char*> device_extensions;
+    vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_feature{.pipelineExecutableInfo = VK_TRUE};
+    if (const char* e = std::getenv("GDN_PIPELINE_STATS"); e && *e && std::strcmp(e, "0") != 0) {
+      for (const auto& ext : physical_.enumerateDeviceExtensionProperties())
+        if (std::strcmp(ext.extensionName.data(), VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0)
+          pipeline_stats_ = true;
+      if (pipeline_stats_) {
+        device_extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+        exec_feature.pNext = f2.pNext;
+        f2.pNext = &exec_feature;
+      } else {
+        std::fprintf(stderr, "gdn: GDN_PIPELINE_STATS: the device lacks %s\n",
+                     VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+      }
+    }
+    device_ = vk::raii::Device(physical_, vk::DeviceCreateInfo{.pNext = &f2, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci,
+                                                               .enabledExtensionCount = std::uint32_t(device_extensions.size()),
+                                                               .ppEnabledExtensionNames = device_extensions.data()});
     queue_ = device_.getQueue(queue_family_, 0);
     command_pool_ = vk::raii::CommandPool(
         device_, {.flags = vk::CommandPoolCreateFlagBits::eResetCommandBuffer, .queueFamilyIndex = queue_family_});
@@ -388,11 +407,31 @@ std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
                     " and device '" + info_.name + "' cannot fix the subgroup size");
       }
     }
-    p->pipeline = vk::raii::Pipeline(device_, pipeline_cache_, vk::ComputePipelineCreateInfo{.stage = stage, .layout = *p->layout});
+    vk::ComputePipelineCreateInfo pci{.stage = stage, .layout = *p->layout};
+    if (pipeline_stats_) pci.flags |= vk::PipelineCreateFlagBits::eCaptureStatisticsKHR;
+    p->pipeline = vk::raii::Pipeline(device_, pipeline_cache_, pci);
+    if (pipeline_stats_) print_statistics(*p);
   } catch (const vk::SystemError& e) {
     throw Error("cannot build pipeline " + d.name + ": " + e.what());
   }
   return p;
+}
+
+void Device::print_statistics(const Pipeline& p) const {
+  for (const auto& exe : device_.getPipelineExecutablePropertiesKHR({.pipeline = *p.pipeline})) {
+    std::string line = "gdn: pipeline " + p.name + " [" + exe.name.data() + ", subgroup " + std::to_string(exe.subgroupSize) + "]";
+    const auto stats = device_.getPipelineExecutableStatisticsKHR({.pipeline = *p.pipeline, .executableIndex = 0});
+    for (const auto& st : stats) {
+      line += std::string(", ") + st.name.data() + " ";
+      switch (st.format) {
+        case vk::PipelineExecutableStatisticFormatKHR::eBool32: line += st.value.b32 ? "yes" : "no"; break;
+        case vk::PipelineExecutableStatisticFormatKHR::eInt64: line += std::to_string(st.value.i64); break;
+        case vk::PipelineExecutableStatisticFormatKHR::eUint64: line += std::to_string(st.value.u64); break;
+        case vk::PipelineExecutableStatisticFormatKHR::eFloat64: line += std::to_string(st.value.f64); break;
+      }
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
 }
 
 std::vector<std::uint8_t> Device::pipeline_cache_data() const { return pipeline_cache_.getData(); }

@@ -135,6 +135,7 @@ class Device {
   void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
             std::size_t bytes);
   std::uint32_t memory_type(std::uint32_t type_bits, vk::MemoryPropertyFlags want) const;
+  void print_statistics(const Pipeline& p) const;
 
   vk::raii::Context context_;
   vk::raii::Instance instance_ = nullptr;
@@ -152,6 +153,7 @@ class Device {
   std::uint32_t descriptor_sets_used_ = 0;
   std::uint32_t timestamps_used_ = 0;
   bool timing_ = false;
+  bool pipeline_stats_ = false;
   DeviceInfo info_;
   vk::PhysicalDeviceMemoryProperties memory_props_{};
   std::size_t allocated_ = 0;
