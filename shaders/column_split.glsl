@@ -1,4 +1,5 @@
-// The column-split family's layout (rec_fwd2, rec_bwd2). Contract: the host builds these pipelines
+// The column-split backward's layout (rec_bwd2; rec_fwd2 gives each lane 4 columns, see its header).
+// Contract: the host builds these pipelines
 // with a required subgroup size SG (a power of two, 8 <= SG <= 64) and full subgroups, so a workgroup
 // of 256 invocations is 256/SG whole subgroups.
 //

@@ -15,15 +15,18 @@
 #include "column_split.glsl"
 layout(local_size_x = 256) in;
 
-layout(constant_id = 1) const uint CS = 8;  // steps per segment (the checkpoint interval, <= T)
-// The segment loops are unrolled so that hist[] indices are constants and the history stays in
-// registers. CPU drivers (lavapipe) take minutes to compile that; they get a rolled build
-// (-DROLLED_SEGMENTS, rec_bwd2_rolled) of the same source.
-#ifdef ROLLED_SEGMENTS
-#define SEGMENT_LOOP [[dont_unroll]]
+// CS: the most steps a segment may have (the history's size). GPU builds fix it at compile time
+// (-DCSMAX=4, 8, 16: every register index a constant once the loops are unrolled); the rolled build
+// for CPU drivers takes it as a specialization constant. The segment length itself is pc.cs <= CS.
+#ifdef CSMAX
+#define CS CSMAX
 #else
-#define SEGMENT_LOOP [[unroll]]
+layout(constant_id = 1) const uint CS = 8;
 #endif
+// The segment's steps are unrolled by hand (one include of the step per J, below) so that every
+// hist[] index is a constant and the history stays in registers: drivers and the SPIR-V optimizer
+// leave a loop with barriers rolled, and hist[] then lives in memory. CPU drivers (lavapipe) take
+// minutes to compile the unrolled code; they get a rolled build (-DROLLED_SEGMENTS) of the same steps.
 
 layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
 layout(set = 0, binding = 1) readonly buffer Qkn { vec4 qkn4[]; };      // [2][B, T, nk, D/4]
@@ -43,33 +46,42 @@ const uint VALS = RPL >> STAGES;
 const uint NSUB = WG_SIZE / SG;
 const uint SLOTS = NSUB < 8u ? NSUB : 8u;
 const uint ROUNDS = NSUB / SLOTS;
+// Records of RB steps are buffered before one barrier sums them: the sweep's warps then meet once
+// every RB steps instead of every step. (With ROUNDS > 1 every step has barriers anyway: RB = 1.)
+const uint RB = ROUNDS > 1u ? 1u : (CS > 8u ? 2u : 4u);
 
 shared vec4 bq[CS * D / 4u], bk[CS * D / 4u];  // [step][row/4]
 shared float bv[CS * COLS], bkv[CS * COLS], bdo[CS * COLS];  // [step][column of the block]
 shared float bg[CS], bb[CS];
-shared float wpart[2u * SLOTS * PW];  // [parity][slot][record], double-buffered across steps
+shared float wpart[RB * SLOTS * PW];  // [buffered step][slot][record]
+
+// One butterfly stage across the column lane bit `mask`: the lane keeps half of its n values (the
+// upper half where its bit is set) and adds its partner's copy of that half.
+#define BUTTERFLY_STAGE(a, n, mask)                                                        \
+  {                                                                                        \
+    const bool hi = (gl_SubgroupInvocationID & (mask)) != 0u;                              \
+    [[unroll]] for (uint i = 0u; i < (n) / 2u; ++i) {                                      \
+      const float keep = hi ? a[i + (n) / 2u] : a[i];                                      \
+      const float give = hi ? a[i] : a[i + (n) / 2u];                                      \
+      a[i] = keep + subgroupShuffleXor(give, (mask));                                      \
+    }                                                                                      \
+  }
 
 // In place: a[0 .. VALS-1] become the sums over the subgroup's columns of this lane's share of rows.
+// Stages written out (no loop over them), so every index into a[] is a constant.
 void butterfly(inout float a[RPL]) {
-  [[unroll]] for (uint st = 0u; st < 3u; ++st) {
-    if (st < STAGES) {
-      const uint half_ = 8u >> st;
-      const bool hi = (gl_SubgroupInvocationID & (8u << st)) != 0u;
-      [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        if (i < half_) {
-          const float keep = hi ? a[i + half_] : a[i];
-          const float give = hi ? a[i] : a[i + half_];
-          a[i] = keep + subgroupShuffleXor(give, 8u << st);
-        }
-      }
-    }
-  }
+  if (STAGES > 0u) BUTTERFLY_STAGE(a, 16u, 8u)
+  if (STAGES > 1u) BUTTERFLY_STAGE(a, 8u, 16u)
+  if (STAGES > 2u) BUTTERFLY_STAGE(a, 4u, 32u)
 }
 
+// The first row of the lane's share after butterfly(): the upper half at every stage whose bit is set.
 uint butterfly_row0() {
+  const uint lane = gl_SubgroupInvocationID;
   uint r = row_group() * RPL;
-  [[unroll]] for (uint st = 0u; st < 3u; ++st)
-    if (st < STAGES && (gl_SubgroupInvocationID & (8u << st)) != 0u) r += 8u >> st;
+  if (STAGES > 0u && (lane & 8u) != 0u) r += 8u;
+  if (STAGES > 1u && (lane & 16u) != 0u) r += 4u;
+  if (STAGES > 2u && (lane & 32u) != 0u) r += 2u;
   return r;
 }
 
@@ -89,12 +101,11 @@ void main() {
   float ds[RPL];
   [[unroll]] for (uint r = 0u; r < RPL; ++r) ds[r] = 0.0;
   float hist[CS + 1u][RPL];
-  uint par = 0u;
 
   for (uint sgi = 0u; sgi < pc.nseg; ++sgi) {
     const uint seg = pc.nseg - 1u - sgi;
-    const uint t0 = seg * CS;
-    const uint nst = min(CS, pc.t - t0);
+    const uint t0 = seg * pc.cs;
+    const uint nst = min(pc.cs, pc.t - t0);
     // ---- stage the segment's operands ----
     barrier();
     for (uint e = lid; e < CS * D / 4u; e += WG_SIZE) {
@@ -131,88 +142,184 @@ void main() {
       [[unroll]] for (uint r = 0u; r < RPL; ++r) hist[0][r] = 0.0;
     }
     barrier();
-    // ---- replay: hist[j+1] = g hist[j] + k^ u, with the forward's exact operations ----
-    SEGMENT_LOOP for (uint j = 0u; j < CS; ++j) {
-      if (j < nst) {
-        const float g = bg[j];
-        const float u = bb[j] * (bv[j * COLS + cw] - bkv[j * COLS + cw]);
-        [[unroll]] for (uint q4 = 0u; q4 < 4u; ++q4) {
-          const vec4 kk = bk[j * (D / 4u) + rg * 4u + q4];
-          hist[j + 1u][4u * q4] = fma(kk.x, u, hist[j][4u * q4] * g);
-          hist[j + 1u][4u * q4 + 1u] = fma(kk.y, u, hist[j][4u * q4 + 1u] * g);
-          hist[j + 1u][4u * q4 + 2u] = fma(kk.z, u, hist[j][4u * q4 + 2u] * g);
-          hist[j + 1u][4u * q4 + 3u] = fma(kk.w, u, hist[j][4u * q4 + 3u] * g);
-        }
-      }
+    // ---- replay: hist[J+1] = g hist[J] + k^ u, with the forward's exact operations ----
+#ifdef ROLLED_SEGMENTS
+    [[dont_unroll]] for (uint j_ = 0u; j_ < CS; ++j_) {
+#define J j_
+#include "rec_bwd2_replay_step.glsl"
+#undef J
     }
-    // ---- reverse sweep: S_t = hist[j+1], S_{t-1} = hist[j] ----
-    SEGMENT_LOOP for (uint jr = 0u; jr < CS; ++jr) {
-      const uint j = CS - 1u - jr;
-      if (j < nst) {
-        const uint bt = b * pc.t + t0 + j;
-        const float g = bg[j], beta = bb[j];
-        const float vc = bv[j * COLS + cw] - bkv[j * COLS + cw];  // v - kv
-        const float u = beta * vc;
-        const float dd = bdo[j * COLS + cw];
-        float q[RPL], k[RPL];
-        [[unroll]] for (uint q4 = 0u; q4 < 4u; ++q4) {
-          const vec4 qq = bq[j * (D / 4u) + rg * 4u + q4];
-          const vec4 kk = bk[j * (D / 4u) + rg * 4u + q4];
-          q[4u * q4] = qq.x; q[4u * q4 + 1u] = qq.y; q[4u * q4 + 2u] = qq.z; q[4u * q4 + 3u] = qq.w;
-          k[4u * q4] = kk.x; k[4u * q4 + 1u] = kk.y; k[4u * q4 + 2u] = kk.z; k[4u * q4 + 3u] = kk.w;
-        }
-        float dq_part[RPL], dk_part[RPL];
-        float d0 = 0.0, d1 = 0.0;
-        [[unroll]] for (uint r = 0u; r < RPL; ++r) {
-          ds[r] = fma(q[r], dd, ds[r]);
-          dq_part[r] = hist[j + 1u][r] * dd;
-        }
-        [[unroll]] for (uint r = 0u; r < RPL; r += 2u) {
-          d0 = fma(ds[r], k[r], d0);
-          d1 = fma(ds[r + 1u], k[r + 1u], d1);
-        }
-        const float du = column_sum(d0 + d1);
-        const float dkv = -beta * du;
-        const float gdkv = g * dkv;
-        float dg0 = 0.0, dg1 = 0.0;
-        [[unroll]] for (uint r = 0u; r < RPL; ++r) {
-          dk_part[r] = fma(ds[r], u, hist[j][r] * gdkv);
-          const float e = fma(k[r], dkv, ds[r]);
-          if ((r & 1u) == 0u) dg0 = fma(e, hist[j][r], dg0); else dg1 = fma(e, hist[j][r], dg1);
-          ds[r] = g * e;
-        }
-        if (rg == 0u) dy[bt * pc.c_dim + 2u * pc.nk * D + h * D + col] = beta * du;  // dv
-        // ---- sums over columns: subgroup butterflies, then the subgroups' records in shared memory ----
-        butterfly(dq_part);
-        butterfly(dk_part);
-        const float dbeta_sub = subgroupAdd(rg == 0u ? du * vc : 0.0);
-        const float dg_sub = subgroupAdd(dg0 + dg1);
-        const uint base = par * SLOTS * PW;
-        for (uint rd = 0u; rd < ROUNDS; ++rd) {
-          if (sub / SLOTS == rd) {
-            const uint rec = base + (sub % SLOTS) * PW;
-            [[unroll]] for (uint i = 0u; i < VALS; ++i) {
-              wpart[rec + row0 + i] = (rd == 0u ? 0.0 : wpart[rec + row0 + i]) + dq_part[i];
-              wpart[rec + D + row0 + i] = (rd == 0u ? 0.0 : wpart[rec + D + row0 + i]) + dk_part[i];
-            }
-            if (subgroupElect()) {
-              wpart[rec + 256u] = (rd == 0u ? 0.0 : wpart[rec + 256u]) + dbeta_sub;
-              wpart[rec + 257u] = (rd == 0u ? 0.0 : wpart[rec + 257u]) + dg_sub;
-            }
-          }
-          barrier();
-        }
-        const uint out_at = ((bt * pc.nv + h) * NWG + blk) * PW;
-        float acc = 0.0;
-        for (uint sl = 0u; sl < SLOTS; ++sl) acc += wpart[base + sl * PW + lid];
-        dqk[out_at + lid] = acc;
-        if (lid < 2u) {
-          float acc2 = 0.0;
-          for (uint sl = 0u; sl < SLOTS; ++sl) acc2 += wpart[base + sl * PW + 256u + lid];
-          dqk[out_at + 256u + lid] = acc2;
-        }
-        par ^= 1u;
-      }
+#else
+#if CS > 0
+#define J 0u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 1
+#define J 1u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 2
+#define J 2u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 3
+#define J 3u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 4
+#define J 4u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 5
+#define J 5u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 6
+#define J 6u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 7
+#define J 7u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 8
+#define J 8u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 9
+#define J 9u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 10
+#define J 10u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 11
+#define J 11u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 12
+#define J 12u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 13
+#define J 13u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 14
+#define J 14u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#if CS > 15
+#define J 15u
+#include "rec_bwd2_replay_step.glsl"
+#undef J
+#endif
+#endif
+    // ---- reverse sweep: S_t = hist[J+1], S_{t-1} = hist[J] ----
+#ifdef ROLLED_SEGMENTS
+    [[dont_unroll]] for (uint jr = 0u; jr < CS; ++jr) {
+      const uint j_ = CS - 1u - jr;
+#define J j_
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
     }
+#else
+#if CS > 15
+#define J 15u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 14
+#define J 14u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 13
+#define J 13u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 12
+#define J 12u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 11
+#define J 11u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 10
+#define J 10u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 9
+#define J 9u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 8
+#define J 8u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 7
+#define J 7u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 6
+#define J 6u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 5
+#define J 5u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 4
+#define J 4u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 3
+#define J 3u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 2
+#define J 2u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 1
+#define J 1u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#if CS > 0
+#define J 0u
+#include "rec_bwd2_sweep_step.glsl"
+#undef J
+#endif
+#endif
   }
 }

@@ -1,15 +1,17 @@
 #version 460
-// Forward recurrence, column-split family: one workgroup per (window b, v-head h, block of 32
-// columns); see column_split.glsl for the layout. Per step, per column j:
-//   S[:,j] <- g S[:,j];  kv_j = S[:,j] . k^;  u_j = beta (v_j - kv_j);  S[:,j] += k^ u_j;  o_j = S[:,j] . q^
-// Writes o (pre-norm; norm_fwd2 applies the gated RMSNorm). With pc.keep it also records kv per step
-// (the backward's replay then rebuilds u bit for bit without the dot product) and S at the start of
-// every segment but the first: slot seg-1 = [col][row], 16 KiB per 32-column block.
-// Per-step operands are staged through shared memory TS steps at a time: one coalesced load and two
-// barriers per block instead of a global-memory stall every step.
+// Forward recurrence, column-split family: one workgroup of 64 invocations per (window b, v-head h,
+// block of 32 state columns), four per head. Lane layout: 8 lanes share a group of 4 columns, each
+// lane holding 16 rows of those 4 columns (64 registers): lane bits 0-2 = row group rg (rows
+// rg*16 .. rg*16+15), higher bits = column group cg (columns cg*4 .. cg*4+3 of the block).
+// Each k^/q^ value a lane reads from shared memory serves its four columns, so shared-memory
+// bandwidth stays below the FMA rate; sums over a column's 128 rows take 4 + 3 shuffles for the
+// lane's four columns together (transpose-reduce, then gather).
+//   S[:,c] <- g S[:,c];  kv_c = S[:,c] . k^;  u_c = beta (v_c - kv_c);  S[:,c] += k^ u_c;  o_c = S[:,c] . q^
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
-#include "column_split.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8..64
 
 layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
 layout(set = 0, binding = 1) readonly buffer Qkn { vec4 qkn4[]; };      // [2][B, T, nk, D/4] q^, k^
@@ -18,36 +20,67 @@ layout(set = 0, binding = 3) writeonly buffer O { float o_pre[]; };     // [B, T
 layout(set = 0, binding = 4) writeonly buffer Kv { float kv_out[]; };   // [B, T, nv*D] (pc.keep)
 layout(set = 0, binding = 5) writeonly buffer Ck { vec4 ck4[]; };       // [B, nv, max(nseg-1,1), D cols, D/4]
 
-#define TS 16u
-shared vec4 fq[TS * D / 4u], fk[TS * D / 4u];  // [step][row/4]
-shared float fv[TS * COLS];                    // [step][column of the block]
+#define NWG 4u
+#define COLS 32u
+// Steps staged per block. Small on purpose: the driver sizes the shared-memory carve-out so that
+// more than 20 KiB per workgroup costs resident warps, and this kernel lives on resident warps
+// (measured on the H200 at the 27B shape: TS 4 = 1.7 ms, 8 = 2.0 ms, 16 = 3.1 ms, 32 = 5.7 ms).
+#ifndef TS
+#define TS 4u
+#endif
+// q^/k^ rows of a step as 32 vec4, padded to 36: vec4 r4 sits at r4 + r4/8, so the 8 row groups of
+// a column group (vec4 rg*4 + i) fall in 8 distinct 16-byte bank slots: conflict-free 128-bit loads.
+#define STEP4 36u
+shared vec4 fq[TS * STEP4], fk[TS * STEP4];
+shared float fv[TS * COLS];
 shared float fg[TS], fb[TS];
+
+uint padded(uint r4) { return r4 + (r4 >> 3u); }
+
+// Sums over the 8 lanes of a column group of the lane's 4 partial column sums p[0..3]. Returns the
+// total of column cstar = 2*bit0 + bit1 of the lane (every lane of the group gets one column).
+float transpose_reduce(float p0, float p1, float p2, float p3, uint lane) {
+  const bool b0 = (lane & 1u) != 0u, b1 = (lane & 2u) != 0u;
+  // stage 1 (xor 1): keep columns {0,1} or {2,3}, hand over the other pair
+  const float k0 = b0 ? p2 : p0, k1 = b0 ? p3 : p1;
+  const float g0 = b0 ? p0 : p2, g1 = b0 ? p1 : p3;
+  const float a0 = k0 + subgroupShuffleXor(g0, 1u);
+  const float a1 = k1 + subgroupShuffleXor(g1, 1u);
+  // stage 2 (xor 2): keep one of the pair
+  const float a = (b1 ? a1 : a0) + subgroupShuffleXor(b1 ? a0 : a1, 2u);
+  // stage 3 (xor 4): the other half of the rows
+  return a + subgroupShuffleXor(a, 4u);
+}
 
 void main() {
   const uint wg = linear_group();  // (b*nv + h)*NWG + block
   if (wg >= pc.nb * pc.nv * NWG) return;
   const uint lid = gl_LocalInvocationIndex;
+  const uint lane = gl_SubgroupInvocationID;
   const uint bh = wg / NWG, blk = wg % NWG;
   const uint b = bh / pc.nv, h = bh % pc.nv, ko = h / (pc.nv / pc.nk);
-  const uint cw = column_in_workgroup(), rg = row_group();
-  const uint col = blk * COLS + cw;
+  const uint rg = lane & 7u;
+  const uint cg = gl_SubgroupID * (SG / 8u) + (lane >> 3u);
+  const uint cstar = 2u * (lane & 1u) + ((lane >> 1u) & 1u);  // the column transpose_reduce returns
+  const uint col0 = blk * COLS + cg * 4u;                     // first of the lane's 4 columns
   const uint n_bt = pc.nb * pc.t;
   const uint slots = max(pc.nseg, 2u) - 1u;
-  float s[RPL];
-  [[unroll]] for (uint r = 0u; r < RPL; ++r) s[r] = 0.0;
+  float s[4][16];
+  [[unroll]] for (uint c = 0u; c < 4u; ++c)
+    [[unroll]] for (uint r = 0u; r < 16u; ++r) s[c][r] = 0.0;
 
   for (uint tb = 0u; tb < pc.t; tb += TS) {
     const uint nst = min(TS, pc.t - tb);
     barrier();  // the previous block's readers are done
-    for (uint e = lid; e < TS * D / 4u; e += WG_SIZE) {
+    for (uint e = lid; e < TS * D / 4u; e += 64u) {
       const uint j = e / (D / 4u), r4 = e % (D / 4u);
       if (j < nst) {
         const uint bt = b * pc.t + tb + j;
-        fq[e] = qkn4[(bt * pc.nk + ko) * (D / 4u) + r4];
-        fk[e] = qkn4[((n_bt + bt) * pc.nk + ko) * (D / 4u) + r4];
+        fq[j * STEP4 + padded(r4)] = qkn4[(bt * pc.nk + ko) * (D / 4u) + r4];
+        fk[j * STEP4 + padded(r4)] = qkn4[((n_bt + bt) * pc.nk + ko) * (D / 4u) + r4];
       }
     }
-    for (uint e = lid; e < TS * COLS; e += WG_SIZE) {
+    for (uint e = lid; e < TS * COLS; e += 64u) {
       const uint j = e / COLS;
       if (j < nst) fv[e] = y[(b * pc.t + tb + j) * pc.c_dim + 2u * pc.nk * D + h * D + blk * COLS + e % COLS];
     }
@@ -59,42 +92,61 @@ void main() {
     barrier();
     for (uint j = 0u; j < nst; ++j) {
       const uint ti = tb + j;
-      const uint bt = b * pc.t + ti;
       const float g = fg[j], beta = fb[j];
-      float k[RPL];
-      [[unroll]] for (uint q4 = 0u; q4 < 4u; ++q4) {
-        const vec4 kk = fk[j * (D / 4u) + rg * 4u + q4];
-        k[4u * q4] = kk.x; k[4u * q4 + 1u] = kk.y; k[4u * q4 + 2u] = kk.z; k[4u * q4 + 3u] = kk.w;
+      float k[16];
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const vec4 kk = fk[j * STEP4 + padded(rg * 4u + i)];
+        k[4u * i] = kk.x; k[4u * i + 1u] = kk.y; k[4u * i + 2u] = kk.z; k[4u * i + 3u] = kk.w;
       }
-      float p0 = 0.0, p1 = 0.0;  // two chains: half the FMA latency on the critical path
-      [[unroll]] for (uint r = 0u; r < RPL; r += 2u) {
-        s[r] *= g;
-        s[r + 1u] *= g;
-        p0 = fma(s[r], k[r], p0);
-        p1 = fma(s[r + 1u], k[r + 1u], p1);
+      float p[4];
+      [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+        float a0 = 0.0, a1 = 0.0;
+        [[unroll]] for (uint r = 0u; r < 16u; r += 2u) {
+          s[c][r] *= g;
+          s[c][r + 1u] *= g;
+          a0 = fma(s[c][r], k[r], a0);
+          a1 = fma(s[c][r + 1u], k[r + 1u], a1);
+        }
+        p[c] = a0 + a1;
       }
-      const float kv = column_sum(p0 + p1);
-      const float u = beta * (fv[j * COLS + cw] - kv);
-      [[unroll]] for (uint r = 0u; r < RPL; ++r) s[r] = fma(k[r], u, s[r]);
-      float o0 = 0.0, o1 = 0.0;
-      [[unroll]] for (uint q4 = 0u; q4 < 4u; ++q4) {
-        const vec4 qq = fq[j * (D / 4u) + rg * 4u + q4];
-        o0 = fma(s[4u * q4], qq.x, o0);
-        o1 = fma(s[4u * q4 + 1u], qq.y, o1);
-        o0 = fma(s[4u * q4 + 2u], qq.z, o0);
-        o1 = fma(s[4u * q4 + 3u], qq.w, o1);
+      const float kv_star = transpose_reduce(p[0], p[1], p[2], p[3], lane);
+      // gather the other three columns' totals: column cstar ^ m lives on lane ^ (m: bit1 -> 1, bit0 -> 2)
+      const float x1 = subgroupShuffleXor(kv_star, 2u);  // column cstar ^ 1
+      const float x2 = subgroupShuffleXor(kv_star, 1u);  // column cstar ^ 2
+      const float x3 = subgroupShuffleXor(kv_star, 3u);  // column cstar ^ 3
+      float u[4];
+      [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+        const uint m = c ^ cstar;
+        const float kv = m == 0u ? kv_star : (m == 1u ? x1 : (m == 2u ? x2 : x3));
+        u[c] = beta * (fv[j * COLS + cg * 4u + c] - kv);
       }
-      const float o = column_sum(o0 + o1);
-      const uint vi = bt * pc.nv * D + h * D + col;
-      if (rg == 0u) {
-        o_pre[vi] = o;
-        if (pc.keep != 0u) kv_out[vi] = kv;
+      float q[16];
+      [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const vec4 qq = fq[j * STEP4 + padded(rg * 4u + i)];
+        q[4u * i] = qq.x; q[4u * i + 1u] = qq.y; q[4u * i + 2u] = qq.z; q[4u * i + 3u] = qq.w;
+      }
+      [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+        float a0 = 0.0, a1 = 0.0;
+        [[unroll]] for (uint r = 0u; r < 16u; r += 2u) {
+          s[c][r] = fma(k[r], u[c], s[c][r]);
+          s[c][r + 1u] = fma(k[r + 1u], u[c], s[c][r + 1u]);
+          a0 = fma(s[c][r], q[r], a0);
+          a1 = fma(s[c][r + 1u], q[r + 1u], a1);
+        }
+        p[c] = a0 + a1;
+      }
+      const float o_star = transpose_reduce(p[0], p[1], p[2], p[3], lane);
+      const uint vi = (b * pc.t + ti) * pc.nv * D + h * D + col0 + cstar;
+      if (rg < 4u) {  // lanes rg and rg^4 hold the same column total: one of them stores
+        o_pre[vi] = o_star;
+        if (pc.keep != 0u) kv_out[vi] = kv_star;
       }
       const uint seg_next = (ti + 1u) / pc.cs;
       if (pc.keep != 0u && (ti + 1u) % pc.cs == 0u && seg_next < pc.nseg) {
-        const uint at = ((bh * slots + seg_next - 1u) * D * D + col * D + rg * RPL) / 4u;
-        [[unroll]] for (uint q4 = 0u; q4 < 4u; ++q4)
-          ck4[at + q4] = vec4(s[4u * q4], s[4u * q4 + 1u], s[4u * q4 + 2u], s[4u * q4 + 3u]);
+        const uint at = ((bh * slots + seg_next - 1u) * D * D + col0 * D + rg * 16u) / 4u;
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
+          [[unroll]] for (uint i = 0u; i < 4u; ++i)
+            ck4[at + c * (D / 4u) + i] = vec4(s[c][4u * i], s[c][4u * i + 1u], s[c][4u * i + 2u], s[c][4u * i + 3u]);
       }
     }
   }

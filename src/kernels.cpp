@@ -54,10 +54,15 @@ SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {
 
 namespace {
 // Shared memory of the column-split kernels (bytes), mirrored from their declarations.
-constexpr std::uint32_t rec_fwd2_shared() { return 16 * kD * 4 * 2 + 16 * 32 * 4 + 2 * 16 * 4; }
+constexpr std::uint32_t kFwdStagedSteps = 4;  // TS of rec_fwd2.comp
+constexpr std::uint32_t rec_fwd2_shared() {
+  return kFwdStagedSteps * (36 * 16 * 2 + 32 * 4 + 2 * 4);
+}
 constexpr std::uint32_t rec_bwd2_shared(std::uint32_t cs, std::uint32_t sg) {
   const std::uint32_t slots = std::min<std::uint32_t>(256 / sg, 8);
-  return cs * (kD * 4 * 2 + 3 * 32 * 4 + 2 * 4) + 2 * slots * kPartialWords * 4;
+  const std::uint32_t rounds = 256 / sg / slots;
+  const std::uint32_t buffered = rounds > 1 ? 1 : (cs > 8 ? 2 : 4);  // RB of rec_bwd2.comp
+  return cs * (kD * 4 * 2 + 3 * 32 * 4 + 2 * 4) + buffered * slots * kPartialWords * 4;
 }
 }  // namespace
 
@@ -74,11 +79,20 @@ SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg) {
 const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32_t cs) {
   auto& p = rec_bwd2[cs];
   if (!p) {
-    // CPU drivers get the build with rolled segment loops: the same math, minutes less to compile.
-    const bool rolled = dev.info().type == "cpu";
-    p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(),
-             rolled ? std::span<const std::uint32_t>(spirv::rec_bwd2_rolled) : std::span<const std::uint32_t>(spirv::rec_bwd2),
-             8, rec_bwd2_shared(cs, subgroup_size), {subgroup_size, cs}, subgroup_size);
+    // GPU builds fix the history's size at compile time (4, 8 or 16 steps; a shorter interval runs in
+    // a larger build). CPU drivers, and intervals over 16, get the build with rolled segment loops
+    // and the size as a specialization constant: the same math, minutes less to compile on lavapipe.
+    const bool cpu = dev.info().type == "cpu";
+    std::span<const std::uint32_t> code = spirv::rec_bwd2_rolled;
+    std::uint32_t capacity = cs;
+    if (!cpu && cs <= 16) {
+      capacity = cs <= 4 ? 4 : (cs <= 8 ? 8 : 16);
+      code = capacity == 4 ? std::span<const std::uint32_t>(spirv::rec_bwd2_cs4)
+                           : (capacity == 8 ? std::span<const std::uint32_t>(spirv::rec_bwd2_cs8)
+                                            : std::span<const std::uint32_t>(spirv::rec_bwd2_cs16));
+    }
+    p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(), code, 8,
+             rec_bwd2_shared(capacity, subgroup_size), {subgroup_size, capacity}, subgroup_size);
   }
   return *p;
 }
