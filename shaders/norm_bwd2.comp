@@ -2,8 +2,6 @@
 // Gated RMSNorm backward: one workgroup of D invocations per (b, t, h) row. With
 // w = norm * silu(z) and out = o * inv * w:
 //   dz = dout * o * inv * norm * silu'(z);   do = inv * w * dout - o * inv^3 * <w dout, o> / D
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 layout(local_size_x = 128) in;
 
@@ -15,16 +13,7 @@ layout(set = 0, binding = 4) readonly buffer Dout { float dout[]; };    // [B, T
 layout(set = 0, binding = 5) writeonly buffer Dz { float dz[]; };       // [B, T, nv*D]
 layout(set = 0, binding = 6) writeonly buffer Do { float do_[]; };      // [B, T, nv*D] grad of o
 
-shared float partial[D];
-
-float workgroup_sum(float v) {
-  v = subgroupAdd(v);
-  if (subgroupElect()) partial[gl_SubgroupID] = v;
-  barrier();
-  float s = 0.0;
-  for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[i];
-  return s;
-}
+#include "workgroup_sum.glsl"
 
 void main() {
   const uint row = linear_group();

@@ -1,8 +1,6 @@
 #version 460
 // Gated RMSNorm forward over the o of rec_fwd2: one workgroup of D invocations per (b, t, h) row.
 //   out = o / sqrt(mean(o^2) + eps) * norm * silu(z)
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 layout(local_size_x = 128) in;
 
@@ -12,17 +10,7 @@ layout(set = 0, binding = 2) readonly buffer Norm { float norm_w[]; };  // [D]
 layout(set = 0, binding = 3) writeonly buffer Out { float out_[]; };    // [B, T, nv*D]
 layout(set = 0, binding = 4) writeonly buffer Inv { float inv_rms[]; }; // [B, T, nv]
 
-shared float partial[D];  // one per subgroup (at most D subgroups)
-
-// Sum over the workgroup: subgroup sums, then the subgroups' partials.
-float workgroup_sum(float v) {
-  v = subgroupAdd(v);
-  if (subgroupElect()) partial[gl_SubgroupID] = v;
-  barrier();
-  float s = 0.0;
-  for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[i];
-  return s;
-}
+#include "workgroup_sum.glsl"
 
 void main() {
   const uint row = linear_group();  // (b*T + t)*nv + h

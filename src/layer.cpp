@@ -122,6 +122,10 @@ struct LayerImpl {
   LayerImpl(std::shared_ptr<Context> c, const Config& config, const Params& p)
       : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {
     validate_config(p);
+    // Every recurrence kernel runs 256 invocations per workgroup (Vulkan guarantees only 128).
+    if (dev.info().max_workgroup_invocations < 256)
+      throw Error("device '" + dev.info().name + "' allows " + std::to_string(dev.info().max_workgroup_invocations) +
+                  " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)");
     variant = resolve_variant(cfg.variant);
     conv = upload({cfg.channels(), cfg.conv_taps}, "conv", p.conv);
     a_log = upload({cfg.nv}, "a_log", p.a_log);
@@ -323,7 +327,6 @@ struct LayerImpl {
     ForwardState* f = &scratch_fwd;
     if (tape) {
       auto& st = tape_state(*tape);
-      if (st.owns_inputs && &in != &st.inputs) st.inputs = DeviceInputs{};  // the caller's tensors replace ours
       st.layer_id = id;
       st.variant = variant;
       st.inputs = in;

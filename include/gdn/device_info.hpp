@@ -23,6 +23,7 @@ struct DeviceInfo {
   std::uint32_t max_shared_memory = 0;     // maxComputeSharedMemorySize, bytes
   std::uint32_t max_workgroup_count[3] = {0, 0, 0};
   std::uint32_t max_workgroup_invocations = 0;
+  std::uint32_t max_storage_buffers_per_stage = 0;  // maxPerStageDescriptorStorageBuffers
   double timestamp_period_ns = 0;    // 0: no timestamps on the compute queue
   std::vector<std::uint64_t> device_local_heaps;  // bytes per device-local heap
 };

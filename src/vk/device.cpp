@@ -75,6 +75,7 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   info.max_shared_memory = props.limits.maxComputeSharedMemorySize;
   for (int i = 0; i < 3; ++i) info.max_workgroup_count[i] = props.limits.maxComputeWorkGroupCount[i];
   info.max_workgroup_invocations = props.limits.maxComputeWorkGroupInvocations;
+  info.max_storage_buffers_per_stage = props.limits.maxPerStageDescriptorStorageBuffers;
 
   vk::PhysicalDeviceSubgroupProperties sg{};
   vk::PhysicalDeviceSubgroupSizeControlProperties sgc{};
@@ -369,6 +370,10 @@ void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t o
 
 std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
   if (d.bindings > kMaxBindingsPerSet) throw std::logic_error("pipeline " + d.name + ": too many bindings");
+  if (d.bindings > info_.max_storage_buffers_per_stage)
+    throw Error("pipeline " + d.name + " binds " + std::to_string(d.bindings) + " storage buffers; device '" +
+                info_.name + "' allows " + std::to_string(info_.max_storage_buffers_per_stage) +
+                " per shader stage (maxPerStageDescriptorStorageBuffers)");
   if (d.shared_bytes > info_.max_shared_memory)
     throw Error("pipeline " + d.name + " needs " + std::to_string(d.shared_bytes) + " bytes of shared memory; device '" +
                 info_.name + "' has " + std::to_string(info_.max_shared_memory) +
