@@ -24,7 +24,8 @@ constexpr std::uint32_t kD = 128;
 
 CommonKernels build_common(gpu::Device& dev) {
   return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 3, 0),
-          .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 4, 0),
+          .conv_silu_bwd = make(dev, "conv_silu_bwd", spirv::conv_silu_bwd, 3, 0),
+          .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 3, 0),
           .qk_prep = make(dev, "qk_prep", spirv::qk_prep, 3, 2 * kD * 4),
           .gate_prep = make(dev, "gate_prep", spirv::gate_prep, 5, 0)};
 }

@@ -31,7 +31,7 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 
 /// Kernels both families use: the conv, the q/k and gate preparation, their backward.
 struct CommonKernels {
-  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, qk_prep, gate_prep;
+  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_silu_bwd, conv_bwd, qk_prep, gate_prep;
 };
 
 /// The per-head family (shaders/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).

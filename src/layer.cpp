@@ -312,7 +312,10 @@ struct LayerImpl {
                  BT * cfg.nk);
       r.mark("qk_bwd2");
     }
-    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, (BT * cfg.channels() + 255) / 256);
+    const std::uint64_t conv_groups = (BT * cfg.channels() + 255) / 256;
+    r.dispatch(*common.conv_silu_bwd, {v(in.qkv), v(conv), v(*bwd.dy)}, pc, conv_groups);
+    r.mark("conv_silu_bwd");
+    r.dispatch(*common.conv_bwd, {v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups);
     r.mark("conv_bwd");
   }
 
