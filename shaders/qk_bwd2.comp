@@ -1,13 +1,14 @@
 #version 460
 // q/k backward, column-split family: one workgroup of D invocations per (b, t, k-head). Adds up the
 // per-workgroup partials of rec_bwd2 over the NWG column blocks and the rep value heads of this key
-// head, applies the l2-norm backward into dy's q and k parts, and turns dbeta and dg into db and da:
+// head and applies the l2-norm backward into dy's q and k parts. For each of those value heads it
+// turns rec_bwd2's du (left in dy's v part) into dv = beta du and dbeta = <du, v - kv>, and gives
 //   da = dg * g * (-exp(a_log)) * sigmoid(a + dt_bias),  db = dbeta * beta (1 - beta)
 #include "common.glsl"
 layout(local_size_x = 128) in;
 
 #define NWG 4u
-#define PW 258u
+#define PW 257u
 
 layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C] conv + silu output
 layout(set = 0, binding = 1) readonly buffer Nq { float nq[]; };        // [2][B, T, nk]
@@ -17,9 +18,23 @@ layout(set = 0, binding = 4) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 5) buffer Dy { float dy[]; };                 // [B, T, C]: writes q and k parts
 layout(set = 0, binding = 6) writeonly buffer Da { float da[]; };       // [B, T, nv]
 layout(set = 0, binding = 7) writeonly buffer Db { float db[]; };       // [B, T, nv]
+layout(set = 0, binding = 8) readonly buffer Kv { float kv[]; };        // [B, T, nv*D] kv per step (tape)
 
 shared float red[2 * D];
 #include "l2_bwd.glsl"
+
+// Sum over the workgroup's D invocations (tree in red[0 .. D-1]); every invocation gets it.
+float block_sum(uint tid, float x) {
+  red[tid] = x;
+  barrier();
+  for (uint s = D / 2u; s > 0u; s >>= 1u) {
+    if (tid < s) red[tid] += red[tid + s];
+    barrier();
+  }
+  const float total = red[0];
+  barrier();  // every invocation has read it before red is written again
+  return total;
+}
 
 void main() {
   const uint idx = linear_group();  // (b*T + t)*nk + key head
@@ -37,19 +52,22 @@ void main() {
       dk += dqk[at + w * PW + D + tid];
     }
   }
-  for (uint r = tid; r < rep; r += D) {
+  for (uint r = 0u; r < rep; ++r) {
     const uint h = ko * rep + r;
-    const uint at = (bt * pc.nv + h) * NWG * PW;
-    float dbeta = 0.0, dg = 0.0;
-    [[unroll]] for (uint w = 0u; w < NWG; ++w) {
-      dbeta += dqk[at + w * PW + 256u];
-      dg += dqk[at + w * PW + 257u];
-    }
-    const float g = gates[bt * pc.nv + h];
+    const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + tid;  // column tid of head h's v
+    const float du = dy[vi];
     const float beta = gates[(n_bt + bt) * pc.nv + h];
-    const float arg = gates[(2u * n_bt + bt) * pc.nv + h];
-    da[bt * pc.nv + h] = dg * g * (-exp(a_log[h])) * sigmoid(arg);
-    db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
+    dy[vi] = beta * du;  // dv
+    const float dbeta = block_sum(tid, du * (y[vi] - kv[(bt * pc.nv + h) * D + tid]));
+    if (tid == 0u) {
+      const uint at = (bt * pc.nv + h) * NWG * PW;
+      float dg = 0.0;
+      [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
+      const float g = gates[bt * pc.nv + h];
+      const float arg = gates[(2u * n_bt + bt) * pc.nv + h];
+      da[bt * pc.nv + h] = dg * g * (-exp(a_log[h])) * sigmoid(arg);
+      db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
+    }
   }
   const float q = y[bt * pc.c_dim + ko * D + tid];
   const float k = y[bt * pc.c_dim + pc.nk * D + ko * D + tid];

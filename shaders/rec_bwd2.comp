@@ -6,11 +6,12 @@
 // history on chip is what makes this fast: spilled to memory it is 32 bytes per state element and
 // step, several times the backward's whole budget of memory traffic. Then the reverse sweep of
 // SPEC.md, per column j, with dS carried in registers across segments:
-//   dS += q^ do;  dq^ += S_t do (a sum over columns);  du = dS . k^;  dv = beta du;
-//   dbeta += du (v - kv);  dkv = -beta du;  dk^ += dS u + (g S_{t-1}) dkv (over columns);
+//   dS += q^ do;  dq^ += S_t do (a sum over columns);  du = dS . k^;  dkv = -beta du;
+//   dk^ += dS u + (g S_{t-1}) dkv (over columns);
 //   e = dS + k^ dkv;  dg += <e, S_{t-1}>;  dS = g e
 // The sums over columns leave as per-workgroup partials, dqk [B, T, nv][NWG][258] (dq^ 0..127,
-// dk^ 128..255, dbeta 256, dg 257), that qk_bwd2 adds up over the workgroups and the rep heads.
+// dk^ 128..255, dg 256), that qk_bwd2 adds up over the workgroups and the rep heads. du leaves in
+// dy's v part; qk_bwd2 turns it into dv = beta du and dbeta = <du, v - kv> (no reduction here).
 #include "common.glsl"
 #include "column_split.glsl"
 layout(local_size_x = 256) in;
@@ -37,7 +38,7 @@ layout(set = 0, binding = 5) readonly buffer Ck { vec4 ck4[]; };        // [B, n
 layout(set = 0, binding = 6) writeonly buffer Dqk { float dqk[]; };     // [B, T, nv][NWG][258] partials
 layout(set = 0, binding = 7) writeonly buffer Dy { float dy[]; };       // [B, T, C]: writes the v part
 
-#define PW 258u  // words per partial record
+#define PW 257u  // words per partial record
 // Row sums over the columns of a subgroup: butterfly stages across the column lane bits. After them
 // each lane holds VALS rows: rg*16 + (its column-bit offsets) + 0 .. VALS-1.
 const uint STAGES = SG >= 64u ? 3u : (SG >= 32u ? 2u : (SG >= 16u ? 1u : 0u));

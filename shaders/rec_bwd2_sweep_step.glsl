@@ -34,11 +34,10 @@
       if ((r & 1u) == 0u) dg0 = fma(e, hist[J][r], dg0); else dg1 = fma(e, hist[J][r], dg1);
       ds[r] = g * e;
     }
-    if (rg == 0u) dy[bt * pc.c_dim + 2u * pc.nk * D + h * D + col] = beta * du;  // dv
+    if (rg == 0u) dy[bt * pc.c_dim + 2u * pc.nk * D + h * D + col] = du;  // qk_bwd2: dv = beta du
     // ---- sums over columns: subgroup butterflies, then the subgroups' records in shared memory ----
     butterfly(dq_part);
     butterfly(dk_part);
-    const float dbeta_sub = subgroupAdd(rg == 0u ? du * vc : 0.0);
     const float dg_sub = subgroupAdd(dg0 + dg1);
     const uint n = nst - 1u - J;  // sweep steps done in this segment
     const uint ring = n % RB;
@@ -53,8 +52,7 @@
           }
         }
         if (subgroupElect()) {
-          wpart[rec + 256u] = (rd == 0u ? 0.0 : wpart[rec + 256u]) + dbeta_sub;
-          wpart[rec + 257u] = (rd == 0u ? 0.0 : wpart[rec + 257u]) + dg_sub;
+          wpart[rec + 256u] = (rd == 0u ? 0.0 : wpart[rec + 256u]) + dg_sub;
         }
       }
       if (ROUNDS > 1u) barrier();
@@ -68,10 +66,10 @@
         float acc = 0.0;
         for (uint sl = 0u; sl < SLOTS; ++sl) acc += wpart[at + sl * PW + lid];
         dqk[out_at + lid] = acc;
-        if (lid < 2u) {
+        if (lid == 0u) {
           float acc2 = 0.0;
-          for (uint sl = 0u; sl < SLOTS; ++sl) acc2 += wpart[at + sl * PW + 256u + lid];
-          dqk[out_at + 256u + lid] = acc2;
+          for (uint sl = 0u; sl < SLOTS; ++sl) acc2 += wpart[at + sl * PW + 256u];
+          dqk[out_at + 256u] = acc2;
         }
       }
       barrier();

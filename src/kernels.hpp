@@ -48,8 +48,8 @@ struct SubgroupKernels {
   const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
 };
 
-/// Words per (token, v-head, column block) record of rec_bwd2's partials: dq^ 128, dk^ 128, dbeta, dg.
-inline constexpr std::uint32_t kPartialWords = 258;
+/// Words per (token, v-head, column block) record of rec_bwd2's partials: dq^ 128, dk^ 128, dg.
+inline constexpr std::uint32_t kPartialWords = 257;
 /// Column blocks (workgroups) per (window, v-head) of the column-split family.
 inline constexpr std::uint32_t kColumnBlocks = 4;
 

@@ -308,7 +308,7 @@ struct LayerImpl {
                  std::uint64_t(B) * cfg.nv * kColumnBlocks);
       r.mark("rec_bwd2");
       r.dispatch(*subgroup.qk_bwd2,
-                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db)}, pc,
+                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)}, pc,
                  BT * cfg.nk);
       r.mark("qk_bwd2");
     }
