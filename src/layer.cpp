@@ -233,15 +233,17 @@ struct LayerImpl {
     expect_shape("z", in.z, {B, T, cfg.value_dim()});
     expect_shape("a", in.a, {B, T, cfg.nv});
     expect_shape("b", in.b, {B, T, cfg.nv});
-    for (const Tensor* t : {&in.qkv, &in.z, &in.a, &in.b})
-      if (t->storage().ctx.get() != ctx.get())
-        throw std::invalid_argument("tensor '" + t->name() + "' lives on another Context than the layer");
+    for (const Tensor* t : {&in.qkv, &in.z, &in.a, &in.b}) check_context(*t);
   }
 
-  void check_tape(const Tape& tape, const TapeState* st) const {
+  void check_context(const Tensor& t) const {
+    if (t.storage().ctx.get() != ctx.get())
+      throw std::invalid_argument("tensor '" + t.name() + "' lives on another Context than the layer");
+  }
+
+  void check_tape(const TapeState* st) const {
     if (!st || !st->fwd.y) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
     if (st->layer_id != id) throw std::invalid_argument("tape: recorded by another layer; a tape belongs to the layer whose forward filled it");
-    (void)tape;
   }
 
   // ---- recording ----
@@ -327,6 +329,7 @@ struct LayerImpl {
     const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
     if (out.empty()) out = Tensor(ctx, out_shape, "out");
     expect_shape("out", out, out_shape);
+    check_context(out);
     ForwardState* f = &scratch_fwd;
     if (tape) {
       auto& st = tape_state(*tape);
@@ -342,7 +345,7 @@ struct LayerImpl {
 
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g) {
     const TapeState* st = tape_state_ptr(tape);
-    check_tape(tape, st);
+    check_tape(st);
     const int B = st->fwd.B, T = st->fwd.T;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
     auto alloc = [&](Tensor& t, const char* name, std::vector<std::int64_t> shape) {
@@ -353,6 +356,8 @@ struct LayerImpl {
     alloc(g.dz, "dz", {B, T, cfg.value_dim()});
     alloc(g.da, "da", {B, T, cfg.nv});
     alloc(g.db, "db", {B, T, cfg.nv});
+    check_context(dout);
+    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) check_context(*t);
     ensure_backward(B, T);
     run([&](gpu::Recorder& r) { record_backward(r, *st, dout, g); });
   }
@@ -475,7 +480,7 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
 HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
   auto& m = *impl_;
   const auto* st = detail::LayerImpl::tape_state_ptr(tape);
-  m.check_tape(tape, st);
+  m.check_tape(st);
   const std::int64_t B = st->fwd.B, T = st->fwd.T;
   detail::expect_size("dout", dout.size(), std::size_t(B * T) * m.cfg.value_dim(),
                       "[B, T, nv*D] = [" + std::to_string(B) + ", " + std::to_string(T) + ", " +
