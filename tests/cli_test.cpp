@@ -418,6 +418,29 @@ TEST_F(Cli, Help) {
   EXPECT_THAT(none.err, HasSubstr("usage: gdn"));
 }
 
+// `gdn bench` at a tiny shape, both variants: the table, the per-kernel rows, the tape report and the
+// JSON file. (Its times on lavapipe mean nothing; that it runs end to end and reports does.)
+TEST_F(Cli, BenchRunsAndWritesJson) {
+  for (const char* variant : {"per-head", "subgroup"}) {
+    const fs::path json = dir / (std::string(variant) + ".json");
+    const Result r = gdn_cli({"bench", "--batch", "1", "--tokens", "9", "--nv", "2", "--nk", "1", "--ckpt", "4",
+                              "--repeats", "2", "--warmup", "1", "--variant", variant, "--json", json.string()});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const std::string rec = std::string(variant) == "subgroup" ? "rec_bwd2" : "rec_bwd";
+    EXPECT_THAT(r.out, AllOf(HasSubstr("forward (no tape)"), HasSubstr("forward (tape)"), HasSubstr("backward"),
+                             HasSubstr(rec), HasSubstr("conv_fwd"), HasSubstr("ceilings measured in this run"),
+                             HasSubstr("tape:"), HasSubstr("checkpoints"), HasSubstr(std::string("variant ") + variant)));
+    EXPECT_THAT(r.err, HasSubstr("repeat 2/2"));  // progress
+    std::ifstream f(json);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, AllOf(HasSubstr("\"passes\""), HasSubstr("\"tape_bytes\""), HasSubstr("\"copy_gb_per_s\""),
+                            HasSubstr("\"" + rec + "\"")));
+  }
+  const Result bad = gdn_cli({"bench", "--tokens", "0"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--tokens"));
+}
+
 TEST_F(Cli, UnknownCommand) {
   const Result r = gdn_cli({"frobnicate", "--in", "x"});
   EXPECT_EQ(r.rc, 2);
