@@ -301,8 +301,29 @@ std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t byte
 struct Device::Staging {
   vk::raii::Buffer buffer = nullptr;
   vk::raii::DeviceMemory memory = nullptr;
-  void* map = nullptr;
+  void* map = nullptr;  // persistently mapped, host-coherent
+  std::size_t bytes = 0;
 };
+
+Device::Staging& Device::staging(std::size_t bytes) {
+  bytes = std::min(bytes, kStagingChunk);
+  if (staging_ && staging_->bytes >= bytes) return *staging_;
+  staging_.reset();  // the old one goes before a larger one is allocated
+  auto st = std::make_unique<Staging>();
+  st->buffer = vk::raii::Buffer(device_, {.size = bytes,
+                                          .usage = vk::BufferUsageFlagBits::eTransferSrc |
+                                                   vk::BufferUsageFlagBits::eTransferDst});
+  const auto req = st->buffer.getMemoryRequirements();
+  const std::uint32_t type = memory_type(req.memoryTypeBits, vk::MemoryPropertyFlagBits::eHostVisible |
+                                                                 vk::MemoryPropertyFlagBits::eHostCoherent);
+  if (type == UINT32_MAX) throw Error("device '" + info_.name + "' has no host-visible memory for transfers");
+  st->memory = vk::raii::DeviceMemory(device_, {.allocationSize = req.size, .memoryTypeIndex = type});
+  st->buffer.bindMemory(*st->memory, 0);
+  st->map = st->memory.mapMemory(0, bytes);
+  st->bytes = bytes;
+  staging_ = std::move(st);
+  return *staging_;
+}
 
 void Device::copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
                   std::size_t bytes) {
@@ -316,36 +337,19 @@ void Device::copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_
   device_.resetFences(*fence_);
 }
 
-namespace {
-template <class Fn>
-void staged(vk::raii::Device& device, const vk::PhysicalDeviceMemoryProperties& mp, std::size_t bytes, Fn&& fn) {
-  const std::size_t chunk = std::min(bytes, kStagingChunk);
-  vk::raii::Buffer buf(device, {.size = chunk,
-                                .usage = vk::BufferUsageFlagBits::eTransferSrc | vk::BufferUsageFlagBits::eTransferDst});
-  const auto req = buf.getMemoryRequirements();
-  const auto want = vk::MemoryPropertyFlagBits::eHostVisible | vk::MemoryPropertyFlagBits::eHostCoherent;
-  std::uint32_t type = UINT32_MAX;
-  for (std::uint32_t i = 0; i < mp.memoryTypeCount && type == UINT32_MAX; ++i)
-    if ((req.memoryTypeBits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) type = i;
-  if (type == UINT32_MAX) throw Error("no host-visible memory for staging transfers");
-  vk::raii::DeviceMemory mem(device, {.allocationSize = req.size, .memoryTypeIndex = type});
-  buf.bindMemory(*mem, 0);
-  void* map = mem.mapMemory(0, chunk);
-  for (std::size_t done = 0; done < bytes; done += chunk) fn(*buf, map, done, std::min(chunk, bytes - done));
-  mem.unmapMemory();
-}
-}  // namespace
-
 void Device::upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset) {
   if (offset + src.size() > dst.bytes)
     throw std::out_of_range("upload of " + std::to_string(src.size()) + " bytes at " + std::to_string(offset) +
                             " overruns buffer '" + dst.name + "' of " + std::to_string(dst.bytes));
-  if (src.empty()) return;
   try {
-    staged(device_, memory_props_, src.size(), [&](vk::Buffer stage, void* map, std::size_t at, std::size_t n) {
-      std::memcpy(map, src.data() + at, n);
-      copy(stage, *dst.buffer, 0, offset + at, n);
-    });
+    // Through a host-visible staging buffer, at most kStagingChunk at a time.
+    for (std::size_t at = 0; at < src.size();) {
+      auto& st = staging(src.size() - at);
+      const std::size_t n = std::min(st.bytes, src.size() - at);
+      std::memcpy(st.map, src.data() + at, n);
+      copy(*st.buffer, *dst.buffer, 0, offset + at, n);
+      at += n;
+    }
   } catch (const vk::SystemError& e) {
     throw Error("upload to '" + dst.name + "' failed: " + e.what());
   }
@@ -355,12 +359,14 @@ void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t o
   if (offset + dst.size() > src.bytes)
     throw std::out_of_range("download of " + std::to_string(dst.size()) + " bytes at " + std::to_string(offset) +
                             " overruns buffer '" + src.name + "' of " + std::to_string(src.bytes));
-  if (dst.empty()) return;
   try {
-    staged(device_, memory_props_, dst.size(), [&](vk::Buffer stage, void* map, std::size_t at, std::size_t n) {
-      copy(*src.buffer, stage, offset + at, 0, n);
-      std::memcpy(dst.data() + at, map, n);
-    });
+    for (std::size_t at = 0; at < dst.size();) {
+      auto& st = staging(dst.size() - at);
+      const std::size_t n = std::min(st.bytes, dst.size() - at);
+      copy(*src.buffer, *st.buffer, offset + at, 0, n);
+      std::memcpy(dst.data() + at, st.map, n);
+      at += n;
+    }
   } catch (const vk::SystemError& e) {
     throw Error("download from '" + src.name + "' failed: " + e.what());
   }

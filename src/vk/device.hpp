@@ -132,6 +132,7 @@ class Device {
  private:
   friend class Recorder;
   struct Staging;
+  Staging& staging(std::size_t bytes);  // the transfer buffer, grown to min(bytes, 64 MiB) on demand
   void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
             std::size_t bytes);
   std::uint32_t memory_type(std::uint32_t type_bits, vk::MemoryPropertyFlags want) const;
@@ -142,6 +143,7 @@ class Device {
   vk::raii::DebugUtilsMessengerEXT messenger_ = nullptr;
   vk::raii::PhysicalDevice physical_ = nullptr;
   vk::raii::Device device_ = nullptr;
+  std::unique_ptr<Staging> staging_;  // after device_: destroyed before it
   vk::raii::Queue queue_ = nullptr;
   vk::raii::CommandPool command_pool_ = nullptr;
   vk::raii::CommandBuffer cmd_ = nullptr;
