@@ -80,7 +80,7 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
 
 Tensor random_tensor(const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name,
                      std::uint64_t seed, float scale = 1.0f, float shift = 0.0f) {
-  Tensor t(ctx, shape, name);
+  Tensor t(ctx, std::move(shape), name);
   auto v = uniform(std::size_t(t.numel()), seed);
   for (auto& x : v) x = shift + scale * x;
   t.upload(v);

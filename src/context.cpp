@@ -52,9 +52,9 @@ Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, st
     n *= d;
   }
   auto st = std::make_shared<detail::TensorStorage>();
-  st->ctx = ctx;
+  st->ctx = std::move(ctx);
   st->shape = std::move(shape);
-  st->buffer = detail::device_of(*ctx).create_buffer(std::move(name), std::size_t(n) * sizeof(float));
+  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), std::size_t(n) * sizeof(float));
   storage_ = std::move(st);
 }
 

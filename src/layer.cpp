@@ -348,7 +348,7 @@ struct LayerImpl {
     check_tape(st);
     const int B = st->fwd.B, T = st->fwd.T;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
-    auto alloc = [&](Tensor& t, const char* name, std::vector<std::int64_t> shape) {
+    auto alloc = [&](Tensor& t, const char* name, const std::vector<std::int64_t>& shape) {
       if (t.empty()) t = Tensor(ctx, shape, name);
       expect_shape(name, t, shape);
     };

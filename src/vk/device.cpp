@@ -254,7 +254,11 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
 }
 
 Device::~Device() {
-  if (*device_) device_.waitIdle();
+  try {
+    if (*device_) device_.waitIdle();  // nothing may be in flight when the handles go
+  } catch (...) {
+    // a lost device cannot be waited for; the handles are destroyed all the same
+  }
 }
 
 // ---- buffers ---------------------------------------------------------------------------------------
