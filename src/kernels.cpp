@@ -77,23 +77,37 @@ SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg) {
   return k;
 }
 
+namespace {
+// Which build of rec_bwd2 runs an interval. GPU builds fix the history's size at compile time (4, 8
+// or 16 steps; a shorter interval runs in a larger build). CPU drivers, and intervals over 16, get
+// the build with rolled segment loops and the size as a specialization constant: the same math,
+// minutes less to compile on lavapipe.
+struct BackwardBuild {
+  std::span<const std::uint32_t> code;
+  std::uint32_t capacity;  // steps of history
+};
+BackwardBuild backward_build(const DeviceInfo& info, std::uint32_t cs) {
+  if (info.type == "cpu" || cs > 16) return {spirv::rec_bwd2_rolled, cs};
+  if (cs <= 4) return {spirv::rec_bwd2_cs4, 4};
+  if (cs <= 8) return {spirv::rec_bwd2_cs8, 8};
+  return {spirv::rec_bwd2_cs16, 16};
+}
+}  // namespace
+
+std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs) {
+  const auto bytes = rec_bwd2_shared(backward_build(info, cs).capacity, subgroup_size);
+  if (bytes <= info.max_shared_memory) return "";
+  return "its backward at a checkpoint interval of " + std::to_string(cs) + " needs " + std::to_string(bytes) +
+         " bytes of shared memory and the device has " + std::to_string(info.max_shared_memory) +
+         " (a smaller interval needs less)";
+}
+
 const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32_t cs) {
   auto& p = rec_bwd2[cs];
   if (!p) {
-    // GPU builds fix the history's size at compile time (4, 8 or 16 steps; a shorter interval runs in
-    // a larger build). CPU drivers, and intervals over 16, get the build with rolled segment loops
-    // and the size as a specialization constant: the same math, minutes less to compile on lavapipe.
-    const bool cpu = dev.info().type == "cpu";
-    std::span<const std::uint32_t> code = spirv::rec_bwd2_rolled;
-    std::uint32_t capacity = cs;
-    if (!cpu && cs <= 16) {
-      capacity = cs <= 4 ? 4 : (cs <= 8 ? 8 : 16);
-      code = capacity == 4 ? std::span<const std::uint32_t>(spirv::rec_bwd2_cs4)
-                           : (capacity == 8 ? std::span<const std::uint32_t>(spirv::rec_bwd2_cs8)
-                                            : std::span<const std::uint32_t>(spirv::rec_bwd2_cs16));
-    }
-    p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(), code, 8,
-             rec_bwd2_shared(capacity, subgroup_size), {subgroup_size, capacity}, subgroup_size);
+    const auto build = backward_build(dev.info(), cs);
+    p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(), build.code, 8,
+             rec_bwd2_shared(build.capacity, subgroup_size), {subgroup_size, build.capacity}, subgroup_size);
   }
   return *p;
 }

@@ -64,5 +64,7 @@ struct SubgroupChoice {
 };
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
 SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size);
+/// Empty where the column-split backward fits the device at checkpoint interval `cs`, else why not.
+std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs);
 
 }  // namespace gdn::detail

@@ -158,8 +158,12 @@ struct LayerImpl {
 
   Variant resolve_variant(Variant v) const {
     if (v == Variant::PerHead) return v;
-    const auto choice = choose_subgroup_size(dev.info());
-    if (choice.size) return Variant::Subgroup;
+    auto choice = choose_subgroup_size(dev.info());
+    if (choice.size) {
+      // The longest segment a call can have is the configured interval (shorter windows: T).
+      choice.why_not = subgroup_backward_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
+      if (choice.why_not.empty()) return Variant::Subgroup;
+    }
     if (v == Variant::Subgroup)
       throw Error("the subgroup kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
                   "; use Variant::PerHead (--variant per-head) or Auto");

@@ -118,6 +118,18 @@ TEST_F(Errors, BufferOverStorageRangeNamesBufferAndLimit) {
               AllOf(HasSubstr("huge_tensor"), HasSubstr("maxStorageBufferRange")));
 }
 
+// An interval whose backward segment does not fit the device's shared memory: the subgroup family
+// is refused at construction with the reason, and Auto falls back to the per-head family.
+TEST_F(Errors, SubgroupRefusesAnIntervalOverSharedMemory) {
+  Config cfg = kCfg;
+  cfg.checkpoint_interval = 64;  // 64 staged steps: about 90 KiB, over any device's limit here
+  cfg.variant = Variant::Subgroup;
+  EXPECT_THAT(message_of<Error>([&] { Layer(context(), cfg, random_params(cfg, 1)); }),
+              AllOf(HasSubstr("subgroup kernels cannot run"), HasSubstr("per-head")));
+  cfg.variant = Variant::Auto;
+  EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::PerHead);
+}
+
 TEST_F(Errors, VariantNames) {
   EXPECT_EQ(parse_variant("per-head"), Variant::PerHead);
   EXPECT_EQ(parse_variant("subgroup"), Variant::Subgroup);
