@@ -135,6 +135,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   row("max workgroup count") << d.max_workgroup_count[0] << " x " << d.max_workgroup_count[1] << " x "
                              << d.max_workgroup_count[2] << '\n';
   row("max workgroup invocations") << d.max_workgroup_invocations << '\n';
+  row("storage buffers / stage") << d.max_storage_buffers_per_stage << '\n';
   {
     auto& o = row("device-local heaps");
     if (d.device_local_heaps.empty()) o << "none";
