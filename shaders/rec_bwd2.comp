@@ -9,7 +9,7 @@
 //   dS += q^ do;  dq^ += S_t do (a sum over columns);  du = dS . k^;  dkv = -beta du;
 //   dk^ += dS u + (g S_{t-1}) dkv (over columns);
 //   e = dS + k^ dkv;  dg += <e, S_{t-1}>;  dS = g e
-// The sums over columns leave as per-workgroup partials, dqk [B, T, nv][NWG][258] (dq^ 0..127,
+// The sums over columns leave as per-workgroup partials, dqk [B, T, nv][NWG][257] (dq^ 0..127,
 // dk^ 128..255, dg 256), that qk_bwd2 adds up over the workgroups and the rep heads. du leaves in
 // dy's v part; qk_bwd2 turns it into dv = beta du and dbeta = <du, v - kv> (no reduction here).
 #include "common.glsl"
@@ -35,7 +35,7 @@ layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 3) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D]
 layout(set = 0, binding = 4) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 5) readonly buffer Ck { vec4 ck4[]; };        // [B, nv, max(nseg-1,1), D cols, D/4]
-layout(set = 0, binding = 6) writeonly buffer Dqk { float dqk[]; };     // [B, T, nv][NWG][258] partials
+layout(set = 0, binding = 6) writeonly buffer Dqk { float dqk[]; };     // [B, T, nv][NWG][257] partials
 layout(set = 0, binding = 7) writeonly buffer Dy { float dy[]; };       // [B, T, C]: writes the v part
 
 #define PW 257u  // words per partial record

@@ -76,8 +76,7 @@ struct ForwardState {
 };
 
 struct TapeState {
-  std::uint64_t layer_id = 0;
-  Variant variant = Variant::PerHead;
+  std::uint64_t layer_id = 0;  // its layer, hence its kernel family and checkpoint layout
   DeviceInputs inputs;  // shared with the caller (device API) or owned (host API)
   bool owns_inputs = false;
   ForwardState fwd;
@@ -88,7 +87,7 @@ struct BackwardState {
   int B = 0, T = 0;
   std::unique_ptr<gpu::Buffer> scr;  // per-head: [B, nv, cs, D*D] replayed states
   std::unique_ptr<gpu::Buffer> kvs;  // per-head: [B, nv, cs, D] replayed kv
-  std::unique_ptr<gpu::Buffer> dqk;  // per-head: [2][B, T, nv, D] dq^, dk^; column-split: [B, T, nv][4][258] partials
+  std::unique_ptr<gpu::Buffer> dqk;  // per-head: [2][B, T, nv, D] dq^, dk^; column-split: [B, T, nv][4][257] partials
   std::unique_ptr<gpu::Buffer> do_;  // column-split: [B, T, nv*D] grad of o
   std::unique_ptr<gpu::Buffer> dy;   // [B, T, C] grad of the conv + silu output
 
@@ -105,6 +104,7 @@ struct LayerImpl {
   gpu::Device& dev;
   Config cfg;
   Variant variant;
+  std::uint32_t subgroup_size = 0;  // the column-split family's, where it runs
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   CommonKernels common;
@@ -126,7 +126,7 @@ struct LayerImpl {
     if (dev.info().max_workgroup_invocations < 256)
       throw Error("device '" + dev.info().name + "' allows " + std::to_string(dev.info().max_workgroup_invocations) +
                   " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)");
-    variant = resolve_variant(cfg.variant);
+    resolve_variant(cfg.variant);
     conv = upload({cfg.channels(), cfg.conv_taps}, "conv", p.conv);
     a_log = upload({cfg.nv}, "a_log", p.a_log);
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
@@ -135,7 +135,7 @@ struct LayerImpl {
     if (variant == Variant::PerHead)
       per_head = build_per_head(dev);
     else
-      subgroup = build_subgroup(dev, choose_subgroup_size(dev.info()).size);
+      subgroup = build_subgroup(dev, subgroup_size);
   }
 
   void validate_config(const Params& p) const {
@@ -156,18 +156,23 @@ struct LayerImpl {
     expect_size("norm", p.norm.size(), kD, "[D] = [128]");
   }
 
-  Variant resolve_variant(Variant v) const {
-    if (v == Variant::PerHead) return v;
+  // Sets variant (Auto resolved) and, for the column-split family, subgroup_size.
+  void resolve_variant(Variant v) {
+    variant = Variant::PerHead;
+    if (v == Variant::PerHead) return;
     auto choice = choose_subgroup_size(dev.info());
     if (choice.size) {
       // The longest segment a call can have is the configured interval (shorter windows: T).
       choice.why_not = subgroup_backward_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
-      if (choice.why_not.empty()) return Variant::Subgroup;
+      if (choice.why_not.empty()) {
+        variant = Variant::Subgroup;
+        subgroup_size = choice.size;
+        return;
+      }
     }
     if (v == Variant::Subgroup)
       throw Error("the subgroup kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
                   "; use Variant::PerHead (--variant per-head) or Auto");
-    return Variant::PerHead;
   }
 
   Tensor upload(std::vector<std::int64_t> shape, const char* name, const std::vector<float>& data) {
@@ -199,7 +204,7 @@ struct LayerImpl {
     f.gates = buffer("gates", 3 * BT * nv);
     f.o = buffer("o (pre-norm)", BT * nv * kD);
     f.inv = buffer("inv_rms", BT * nv);
-    // Per-head checkpoints: the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
+    // Checkpoints (both families): the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
     if (variant == Variant::Subgroup) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
@@ -338,7 +343,6 @@ struct LayerImpl {
     if (tape) {
       auto& st = tape_state(*tape);
       st.layer_id = id;
-      st.variant = variant;
       st.inputs = in;
       st.owns_inputs = false;
       f = &st.fwd;
