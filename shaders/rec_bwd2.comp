@@ -2,9 +2,9 @@
 // Backward recurrence (checkpointed BPTT), column-split family: one workgroup per (window b, v-head h,
 // block of 32 columns); see column_split.glsl. Segments of CS steps are walked in reverse. Each is
 // replayed from its checkpoint with the recorded kv (u = beta (v - kv) exactly as in the forward)
-// into a register history: hist[j] = S after step t0+j-1, hist[0] = the checkpoint. Keeping the
-// history on chip is what makes this fast: spilled to memory it is 32 bytes per state element and
-// step, several times the backward's whole budget of memory traffic. Then the reverse sweep of
+// into a register history: hist[j] = S after step t0+j-1, hist[0] = the checkpoint. The history
+// stays on chip because in memory it would be 32 bytes per state element and step, several times the
+// backward's whole budget of memory traffic (its cost in registers: bench/RESULTS.md). Then the reverse sweep of
 // SPEC.md, per column j, with dS carried in registers across segments:
 //   dS += q^ do;  dq^ += S_t do (a sum over columns);  du = dS . k^;  dkv = -beta du;
 //   dk^ += dS u + (g S_{t-1}) dkv (over columns);
