@@ -118,7 +118,7 @@ std::string gib(std::size_t b) {
 
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
-         "          [--variant auto|subgroup|per-head] [--repeats N] [--warmup N] [--json FILE]\n"
+         "          [--variant auto|subgroup|per-head|chunked] [--repeats N] [--warmup N] [--json FILE]\n"
          "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n";
 }

@@ -4,11 +4,18 @@
 // head and applies the l2-norm backward into dy's q and k parts. For each of those value heads it
 // turns rec_bwd2's du (left in dy's v part) into dv = beta du and dbeta = <du, v - kv>, and gives
 //   da = dg * g * (-exp(a_log)) * sigmoid(a + dt_bias),  db = dbeta * beta (1 - beta)
+// The chunked backward's build (-DCHUNKED) reads one record per (token, v-head) from chunk_grads,
+// [dq^, dk^, d(log g) = dg * g, dbeta], and finds dv already in dy.
 #include "common.glsl"
 layout(local_size_x = 128) in;
 
+#ifdef CHUNKED
+#define NWG 1u
+#define PW 258u
+#else
 #define NWG 4u
 #define PW 257u
+#endif
 
 layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C] conv + silu output
 layout(set = 0, binding = 1) readonly buffer Nq { float nq[]; };        // [2][B, T, nk]
@@ -54,18 +61,23 @@ void main() {
   }
   for (uint r = 0u; r < rep; ++r) {
     const uint h = ko * rep + r;
+    const float beta = gates[(n_bt + bt) * pc.nv + h];
+    const uint at = (bt * pc.nv + h) * NWG * PW;
+#ifdef CHUNKED
+    const float dbeta = dqk[at + 257u];
+    const float dlogg = dqk[at + 256u];
+#else
     const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + tid;  // column tid of head h's v
     const float du = dy[vi];
-    const float beta = gates[(n_bt + bt) * pc.nv + h];
     dy[vi] = beta * du;  // dv
     const float dbeta = block_sum(tid, du * (y[vi] - kv[(bt * pc.nv + h) * D + tid]));
+    float dg = 0.0;
+    [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
+    const float dlogg = dg * gates[bt * pc.nv + h];
+#endif
     if (tid == 0u) {
-      const uint at = (bt * pc.nv + h) * NWG * PW;
-      float dg = 0.0;
-      [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
-      const float g = gates[bt * pc.nv + h];
       const float arg = gates[(2u * n_bt + bt) * pc.nv + h];
-      da[bt * pc.nv + h] = dg * g * (-exp(a_log[h])) * sigmoid(arg);
+      da[bt * pc.nv + h] = dlogg * (-exp(a_log[h])) * sigmoid(arg);
       db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
     }
   }

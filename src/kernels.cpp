@@ -112,4 +112,31 @@ const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32
   return *p;
 }
 
+namespace {
+// Shared memory of the chunked kernels (bytes), mirrored from their declarations.
+constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) { return (2 * ch + 2 * ch * ch) * 4; }
+constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) { return (2 * ch + 32 * (kD + 1) + 2 * ch * 32 + ch * ch) * 4; }
+constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
+  return (2 * ch + 4 * ch * ch + 3 * 16 * ch + 2 * ch * (kD / sg) + 256 / 8 + ch) * 4;
+}
+}  // namespace
+
+std::string chunked_why_not(const DeviceInfo& info, std::uint32_t sg, std::uint32_t chunk) {
+  if (chunk < 1 || chunk > kMaxChunk)
+    return "its chunk length is the checkpoint interval, " + std::to_string(chunk) + " here, and must be 1 to " +
+           std::to_string(kMaxChunk);
+  const auto bytes = std::max({chunk_prep_shared(chunk), chunk_dstate_shared(chunk), chunk_grads_shared(chunk, sg)});
+  if (bytes <= info.max_shared_memory) return "";
+  return "chunks of " + std::to_string(chunk) + " need " + std::to_string(bytes) +
+         " bytes of shared memory and the device has " + std::to_string(info.max_shared_memory) +
+         " (a shorter checkpoint interval needs less)";
+}
+
+ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch) {
+  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 6, chunk_prep_shared(ch), {sg, ch}),
+          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 8, chunk_dstate_shared(ch), {sg, ch}),
+          .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
+          .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4)};
+}
+
 }  // namespace gdn::detail

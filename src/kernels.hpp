@@ -53,6 +53,15 @@ inline constexpr std::uint32_t kPartialWords = 257;
 /// Column blocks (workgroups) per (window, v-head) of the column-split family.
 inline constexpr std::uint32_t kColumnBlocks = 4;
 
+/// The chunked backward (shaders/chunk_*.comp) for one chunk length; the forward is the column-split one.
+struct ChunkedKernels {
+  std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_grads, qk_bwd;
+};
+/// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows).
+inline constexpr std::uint32_t kMaxChunk = 32;
+/// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
+inline constexpr std::uint32_t kChunkRecordWords = 258;
+
 CommonKernels build_common(gpu::Device& dev);
 PerHeadKernels build_per_head(gpu::Device& dev);
 
@@ -66,5 +75,9 @@ SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
 SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size);
 /// Empty where the column-split backward fits the device at checkpoint interval `cs`, else why not.
 std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs);
+
+/// Empty where the chunked backward can run chunks of `chunk` tokens on this device, else why not.
+std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t chunk);
+ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk);
 
 }  // namespace gdn::detail

@@ -17,6 +17,7 @@ std::string_view to_string(Variant v) {
     case Variant::Auto: return "auto";
     case Variant::Subgroup: return "subgroup";
     case Variant::PerHead: return "per-head";
+    case Variant::Chunked: return "chunked";
   }
   return "?";
 }
@@ -25,7 +26,8 @@ Variant parse_variant(std::string_view s) {
   if (s == "auto") return Variant::Auto;
   if (s == "subgroup") return Variant::Subgroup;
   if (s == "per-head") return Variant::PerHead;
-  throw std::invalid_argument("variant '" + std::string(s) + "': expected auto, subgroup or per-head");
+  if (s == "chunked") return Variant::Chunked;
+  throw std::invalid_argument("variant '" + std::string(s) + "': expected auto, subgroup, per-head or chunked");
 }
 
 namespace detail {
@@ -90,10 +92,16 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> dqk;  // per-head: [2][B, T, nv, D] dq^, dk^; column-split: [B, T, nv][4][257] partials
   std::unique_ptr<gpu::Buffer> do_;  // column-split: [B, T, nv*D] grad of o
   std::unique_ptr<gpu::Buffer> dy;   // [B, T, C] grad of the conv + silu output
+  // The chunked backward's (shaders/chunk.glsl); dqk holds its records [B, T, nv][258].
+  std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
+  std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
+  std::unique_ptr<gpu::Buffer> pm;   // [B, T, nv, CH] P
+  std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
+  std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, max(nch-1,1), D, D] grad of each chunk's end state
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &pm, &du, &dsc})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -109,7 +117,8 @@ struct LayerImpl {
   Tensor conv, a_log, dt_bias, norm;
   CommonKernels common;
   PerHeadKernels per_head;    // built for Variant::PerHead
-  SubgroupKernels subgroup;   // built for Variant::Subgroup
+  SubgroupKernels subgroup;   // built for Variant::Subgroup and Variant::Chunked (its forward)
+  ChunkedKernels chunked;     // built for Variant::Chunked
   ForwardState scratch_fwd;  // for forwards without a tape
   BackwardState bwd;
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
@@ -136,6 +145,7 @@ struct LayerImpl {
       per_head = build_per_head(dev);
     else
       subgroup = build_subgroup(dev, subgroup_size);
+    if (variant == Variant::Chunked) chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval));
   }
 
   void validate_config(const Params& p) const {
@@ -156,11 +166,20 @@ struct LayerImpl {
     expect_size("norm", p.norm.size(), kD, "[D] = [128]");
   }
 
-  // Sets variant (Auto resolved) and, for the column-split family, subgroup_size.
+  // Sets variant (Auto resolved) and, for the column-split and chunked families, subgroup_size.
   void resolve_variant(Variant v) {
     variant = Variant::PerHead;
     if (v == Variant::PerHead) return;
     auto choice = choose_subgroup_size(dev.info());
+    if (v == Variant::Chunked) {
+      if (choice.size) choice.why_not = chunked_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
+      if (!choice.size || !choice.why_not.empty())
+        throw Error("the chunked kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
+                    "; use another variant (--variant subgroup, per-head or auto)");
+      variant = Variant::Chunked;
+      subgroup_size = choice.size;
+      return;
+    }
     if (choice.size) {
       // The longest segment a call can have is the configured interval (shorter windows: T).
       choice.why_not = subgroup_backward_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
@@ -184,7 +203,10 @@ struct LayerImpl {
   std::unique_ptr<gpu::Buffer> buffer(const char* name, std::size_t floats) { return dev.create_buffer(name, floats * kF); }
 
   // An interval longer than the window is the window: one segment, and scratch for T states only.
-  int interval(int T) const { return std::min(cfg.checkpoint_interval, T); }
+  // The chunked kernels take the configured length as a pipeline constant: one partial chunk.
+  int interval(int T) const {
+    return variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
+  }
   int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
 
   Push push(int B, int T, bool keep) const {
@@ -207,7 +229,7 @@ struct LayerImpl {
     // Checkpoints (both families): the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
-    if (variant == Variant::Subgroup) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
+    if (variant != Variant::PerHead) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     f.B = B;
     f.T = T;
     f.keep = keep;
@@ -221,9 +243,18 @@ struct LayerImpl {
       bwd.scr = buffer("replay scratch", std::size_t(B) * nv * cs * kD * kD);
       bwd.kvs = buffer("replay kv", std::size_t(B) * nv * cs * kD);
       bwd.dqk = buffer("dqk per v-head", 2 * BT * nv * kD);
-    } else {
+    } else if (variant == Variant::Subgroup) {
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("dqk partials", BT * nv * kColumnBlocks * kPartialWords);
+    } else {
+      const std::size_t slots = std::max(nseg(T), 2) - 1;
+      bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
+      bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
+      bwd.w = buffer("W, dW per chunk", BT * nv * kD);
+      bwd.tm = buffer("T per chunk", BT * nv * cs);
+      bwd.pm = buffer("P per chunk", BT * nv * cs);
+      bwd.du = buffer("dU per chunk", BT * nv * kD);
+      bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
     }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
     bwd.B = B;
@@ -296,6 +327,21 @@ struct LayerImpl {
     r.mark("norm_fwd2");
   }
 
+  // The chunked backward's three passes (shaders/chunk.glsl); the last is marked by the caller.
+  void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
+    const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
+    r.dispatch(*chunked.chunk_prep, {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.pm)}, pc, chunks);
+    r.mark("chunk_prep");
+    r.dispatch(*chunked.chunk_dstate,
+               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.pm), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
+               heads * kColumnBlocks);
+    r.mark("chunk_dstate");
+    r.dispatch(*chunked.chunk_grads,
+               {v(*f.qkn), v(*f.gates), v(a_log), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
+                v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
+               pc, chunks);
+  }
+
   void record_backward(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
     const auto& f = st.fwd;
     const int B = f.B, T = f.T;
@@ -314,13 +360,16 @@ struct LayerImpl {
       r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
                  BT * cfg.nv);
       r.mark("norm_bwd2");
-      r.dispatch(subgroup.backward_for(dev, pc.cs),
-                 {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
-                 std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark("rec_bwd2");
-      r.dispatch(*subgroup.qk_bwd2,
-                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)}, pc,
-                 BT * cfg.nk);
+      if (variant == Variant::Chunked)
+        record_chunked_recurrence(r, f, pc);
+      else
+        r.dispatch(subgroup.backward_for(dev, pc.cs),
+                   {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
+                   std::uint64_t(B) * cfg.nv * kColumnBlocks);
+      r.mark(variant == Variant::Chunked ? "chunk_grads" : "rec_bwd2");
+      const auto& qk_bwd = variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
+      r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
+                 pc, BT * cfg.nk);
       r.mark("qk_bwd2");
     }
     const std::uint64_t conv_groups = (BT * cfg.channels() + 255) / 256;

@@ -360,7 +360,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{"CkptZero", {"--ckpt", "0"}, {"--ckpt", "0", ">= 1"}},
                       BadFlags{"CkptNotInteger", {"--ckpt", "1.5"}, {"--ckpt", "'1.5'", "integer >= 1"}},
                       BadFlags{"CkptHuge", {"--ckpt", "99999999999"}, {"--ckpt", "99999999999", ">= 1"}},
-                      BadFlags{"VariantUnknown", {"--variant", "fast"}, {"--variant", "'fast'", "auto, subgroup or per-head"}},
+                      BadFlags{"VariantUnknown", {"--variant", "fast"}, {"--variant", "'fast'", "auto, subgroup, per-head or chunked"}},
                       BadFlags{"UnknownFlag", {"--bogus"}, {"unknown flag '--bogus'"}},
                       BadFlags{"StrayArgument", {"extra"}, {"unknown argument 'extra'"}},
                       BadFlags{"BackwardWithValue", {"--backward=yes"}, {"--backward takes no value"}},

@@ -27,6 +27,7 @@ const Case kCases[] = {
     {"T1", 3, 1, 3, 1, 4, 8},                // a single token
     {"cs_over_T", 2, 7, 2, 1, 3, 16},        // one segment, K = 3
     {"cs1", 2, 5, 2, 1, 2, 1},               // every step its own segment, K = 2
+    {"rep3_T70_cs16", 1, 70, 3, 1, 4, 16},   // five segments, the last of six steps
 };
 
 using Param = std::tuple<Case, Variant>;
@@ -121,7 +122,16 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Parity,
                          ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(Variant::PerHead, Variant::Subgroup)),
+                                            ::testing::Values(Variant::PerHead, Variant::Subgroup, Variant::Chunked)),
+                         param_name);
+
+// Chunks of the chunked family's longest length (32) and an odd one, over several chunks.
+const Case kLongChunks[] = {
+    {"T70_cs32", 1, 70, 2, 1, 4, 32},  // three chunks, the last of six tokens
+    {"T64_cs31", 1, 64, 3, 1, 4, 31},  // odd rows split over the two row halves of chunk_grads
+};
+INSTANTIATE_TEST_SUITE_P(LongChunks, Parity,
+                         ::testing::Combine(::testing::ValuesIn(kLongChunks), ::testing::Values(Variant::Chunked)),
                          param_name);
 
 // The checks above must be able to fail: a wrong parameter on the device side (norm off by 1%)

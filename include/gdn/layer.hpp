@@ -24,9 +24,10 @@ enum class Variant {
   Auto,      // subgroup where the device has subgroup shuffles, else per-head
   Subgroup,  // column-split: four workgroups per head, 32 state columns each, subgroup reductions
   PerHead,   // one workgroup per (window, head), reductions through shared memory
+  Chunked,   // the subgroup forward; a chunked backward (chunks of checkpoint_interval <= 32 tokens)
 };
 std::string_view to_string(Variant v);
-/// "auto", "subgroup", "per-head"; throws std::invalid_argument otherwise.
+/// "auto", "subgroup", "per-head", "chunked"; throws std::invalid_argument otherwise.
 Variant parse_variant(std::string_view s);
 
 /// Shape and hyper-parameters of one layer.
@@ -35,7 +36,8 @@ struct Config {
   int nk = 16;                   // key heads; nv % nk == 0
   int conv_taps = 4;             // K
   float rms_eps = 1e-6f;         // eps of the gated RMSNorm
-  int checkpoint_interval = 8;   // steps per replay segment of the backward (memory vs. recompute)
+  int checkpoint_interval = 8;   // steps per replay segment of the backward (memory vs. recompute);
+                                 // Variant::Chunked: the chunk length, 1 .. 32
   Variant variant = Variant::Auto;
 
   int channels() const { return (2 * nk + nv) * kHeadDim; }  // C: q heads | k heads | v heads

@@ -39,7 +39,7 @@ constexpr std::int64_t kD = kHeadDim;
 
 const char* const kRunUsage =
     "usage: gdn run --in DIR --out DIR [--backward] [--eps E] [--ckpt N]\n"
-    "               [--variant auto|subgroup|per-head]\n"
+    "               [--variant auto|subgroup|per-head|chunked]\n"
     "\n"
     "Runs the GatedDeltaNet layer on float32 C-order .npy files (SPEC.md):\n"
     "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
@@ -51,8 +51,9 @@ const char* const kRunUsage =
     "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
     "  --backward        also compute the gradients for dout.npy\n"
     "  --eps E           epsilon of the gated RMSNorm (default 1e-6, >= 0)\n"
-    "  --ckpt N          steps per checkpoint segment of the backward (default 8, >= 1)\n"
-    "  --variant V       kernel family: auto (default), subgroup or per-head\n"
+    "  --ckpt N          steps per checkpoint segment of the backward (default 8, >= 1;\n"
+    "                    the chunked variant: its chunk length, <= 32)\n"
+    "  --variant V       kernel family: auto (default), subgroup, per-head or chunked\n"
     "Exit status: 0 done, 2 bad flags or inputs (nothing written), 1 device or I/O failure.\n";
 
 const char* const kInfoUsage =
@@ -159,7 +160,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   p.dt_bias.assign(1, 0.0f);
   p.norm.assign(kD, 1.0f);
   out << "kernel variants:\n";
-  for (Variant v : {Variant::Subgroup, Variant::PerHead}) {
+  for (Variant v : {Variant::Subgroup, Variant::Chunked, Variant::PerHead}) {
     cfg.variant = v;
     auto& o = row(std::string(to_string(v)));
     try {
@@ -217,7 +218,7 @@ Variant parse_variant_flag(const std::string& s) {
   try {
     return parse_variant(s);
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("--variant: '" + s + "' is not a variant, expected auto, subgroup or per-head");
+    throw std::invalid_argument("--variant: '" + s + "' is not a variant, expected auto, subgroup, per-head or chunked");
   }
 }
 
@@ -262,7 +263,7 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
       o.ckpt = parse_ckpt(value);
     } else if (flag == "--variant") {
       once(seen_variant);
-      take("auto, subgroup or per-head");
+      take("auto, subgroup, per-head or chunked");
       o.variant = parse_variant_flag(value);
     } else {
       throw std::invalid_argument("run: unknown " + std::string(flag.starts_with("-") ? "flag '" : "argument '") +

@@ -1,0 +1,63 @@
+// The chunked backward's conventions (chunk_prep, chunk_dstate, chunk_grads).
+//
+// A window's T tokens are cut into chunks of CH tokens (the checkpoint interval, a specialization
+// constant): chunk c covers tokens t0 = c*CH .. t0+L-1, L = min(CH, T - t0). Rows i >= L of a chunk
+// are padding: beta = 0, log g = 0 and every operand row zero, so they contribute nothing.
+// Within a chunk lg[i] = sum_{m <= i} log g_m (gamma_i = exp(lg[i])), and lg[CH-1] is the log of
+// Gamma, the whole chunk's decay. With S0 the state at the chunk's start (a checkpoint):
+//   A[i][j] = beta_i exp(lg_i - lg_j) <k_i, k_j>  (j < i),   T = (I + A)^-1
+//   W = T diag(beta gamma) K,   U = T diag(beta) V - W S0        (the chunk's u rows, [CH x D])
+//   P[i][j] = exp(lg_i - lg_j) <q_i, k_j>  (j <= i)
+//   O = diag(gamma) Q S0 + P U,   S_end = Gamma S0 + K~^T U,   K~ = diag(Gamma / gamma) K
+// Per-token tensors of the chunked backward are [B, T, nv, X]: row (b*T + t)*nv + h.
+// Needs bindings named `gates` ([3][B, T, nv]: g, beta, a + dt_bias) and `a_log` ([nv]).
+layout(constant_id = 1) const uint CH = 32;  // chunk length, 1 .. 32
+
+shared float lg[CH], bet[CH];
+
+struct Chunk {
+  uint b, h, ko;  // window, value head, its key head
+  uint c, t0, L;  // chunk index, first token, tokens in the chunk
+  uint nch;       // chunks per window
+};
+
+Chunk chunk_of(uint b, uint h, uint c) {
+  Chunk k;
+  k.b = b;
+  k.h = h;
+  k.ko = h / (pc.nv / pc.nk);
+  k.c = c;
+  k.t0 = c * CH;
+  k.L = min(CH, pc.t - k.t0);
+  k.nch = (pc.t + CH - 1u) / CH;
+  return k;
+}
+
+// Row of token i of the chunk in a [B, T, nv, X] tensor (times X), and in [B, T, nv*D] tensors (times D).
+uint head_row(Chunk k, uint i) { return (k.b * pc.t + k.t0 + i) * pc.nv + k.h; }
+// q^ and k^ of token i of the chunk ([2][B, T, nk, D]), element r.
+float q_at(Chunk k, uint i, uint r) { return qkn[((k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
+float k_at(Chunk k, uint i, uint r) { return qkn[((pc.nb * pc.t + k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
+
+// Fills bet[] and lg[] (the inclusive scan of log g) for the chunk; padding rows get 0. Every
+// invocation must call it (barriers); ends with a barrier.
+void load_chunk_gates(Chunk k, uint tid) {
+  const uint n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
+  if (tid < CH) {
+    float l = 0.0, be = 0.0;
+    if (tid < k.L) {
+      const uint at = (k.b * pc.t + k.t0 + tid) * pc.nv + k.h;
+      be = gates[n + at];
+      l = -exp(a_log[k.h]) * softplus(gates[2u * n + at]);  // log g, exactly as gate_prep's exponent
+    }
+    lg[tid] = l;
+    bet[tid] = be;
+  }
+  barrier();
+  for (uint off = 1u; off < CH; off <<= 1u) {  // Hillis-Steele scan: CH is small
+    const float add = (tid < CH && tid >= off) ? lg[tid - off] : 0.0;
+    barrier();
+    if (tid < CH) lg[tid] += add;
+    barrier();
+  }
+}
