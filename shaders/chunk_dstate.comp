@@ -10,6 +10,7 @@
 layout(local_size_x = 256) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
+layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) readonly buffer Wm { float w_in[]; };      // [B, T, nv, D]  (chunk_prep)
@@ -24,8 +25,9 @@ layout(set = 0, binding = 7) writeonly buffer Dsc { float dsc[]; };     // [B, n
 #define NWG 4u    // workgroups per (window, head)
 #define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
 
-shared float ds[COLS * DSP];                              // dS [column j][row r]
-shared float sdo[CH * COLS], sdu[CH * COLS], sp[CH * CH];  // dO, dU [token i][column j]; P [i][j]
+shared float ds[COLS * DSP];                       // dS [column j][row r]
+shared vec4 sdo[CH * COLS / 4u], sdu[CH * COLS / 4u];  // dO, dU [token i][column j / 4]
+shared float sp[CH * CH];                          // P [i][j]
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -42,7 +44,7 @@ void main() {
     load_chunk_gates(k, tid);
     for (uint e = tid; e < CH * COLS; e += 256u) {
       const uint i = e / COLS;
-      sdo[e] = i < k.L ? do_in[head_row(k, i) * D + blk * COLS + e % COLS] : 0.0;
+      sdo[e / 4u][e % 4u] = i < k.L ? do_in[head_row(k, i) * D + blk * COLS + e % COLS] : 0.0;
     }
     for (uint e = tid; e < CH * CH; e += 256u) {
       const uint i = e / CH;
@@ -53,15 +55,24 @@ void main() {
 
     // dU[i][j] = sum_{m >= i} P[m][i] dO[m][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
     {
-      const uint j = tid % COLS, ig = tid / COLS;  // 8 row groups: rows ig, ig + 8, ...
-      for (uint i = ig; i < CH; i += 8u) {
-        float acc = 0.0;
-        if (i < k.L)
-          for (uint r = 0u; r < D; ++r) acc = fma(k_at(k, i, r), ds[j * DSP + r], acc);
-        float du = exp(lgam - lg[i]) * acc;
-        for (uint m = i; m < CH; ++m) du = fma(sp[m * CH + i], sdo[m * COLS + j], du);
+      const uint j = tid % COLS, ig = tid / COLS;  // 8 row groups: rows ig, ig + 8, ig + 16, ig + 24
+      float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
+      const uint k4 = ((pc.nb * pc.t + k.b * pc.t + k.t0) * pc.nk + k.ko) * (D / 4u);  // k^ of token t0, as vec4
+      for (uint r4 = 0u; r4 < D / 4u; ++r4) {
+        const vec4 d = vec4(ds[j * DSP + 4u * r4], ds[j * DSP + 4u * r4 + 1u], ds[j * DSP + 4u * r4 + 2u],
+                            ds[j * DSP + 4u * r4 + 3u]);
+        [[unroll]] for (uint s = 0u; s < 4u; ++s) {
+          const uint i = ig + 8u * s;
+          if (i < k.L) acc[s] += dot(qkn4[k4 + i * pc.nk * (D / 4u) + r4], d);
+        }
+      }
+      [[unroll]] for (uint s = 0u; s < 4u; ++s) {
+        const uint i = ig + 8u * s;
+        if (i >= CH) break;
+        float du = exp(lgam - lg[i]) * acc[s];
+        for (uint m = i; m < k.L; ++m) du = fma(sp[m * CH + i], sdo[(m * COLS + j) / 4u][j % 4u], du);
         if (i >= k.L) du = 0.0;
-        sdu[i * COLS + j] = du;
+        sdu[(i * COLS + j) / 4u][j % 4u] = du;
         if (i < k.L) du_out[head_row(k, i) * D + blk * COLS + j] = du;
       }
     }
@@ -82,9 +93,10 @@ void main() {
       for (uint i = 0u; i < k.L; ++i) {
         const float qv = exp(lg[i]) * q_at(k, i, r);
         const float wv = w_in[head_row(k, i) * D + r];
-        [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) {
-          const uint at = i * COLS + jg * 16u + jj;
-          acc[jj] = fma(qv, sdo[at], fma(-wv, sdu[at], acc[jj]));
+        [[unroll]] for (uint j4 = 0u; j4 < 4u; ++j4) {
+          const uint at = (i * COLS + jg * 16u) / 4u + j4;
+          const vec4 a = sdo[at], b = sdu[at];
+          [[unroll]] for (uint l = 0u; l < 4u; ++l) acc[4u * j4 + l] = fma(qv, a[l], fma(-wv, b[l], acc[4u * j4 + l]));
         }
       }
       [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];

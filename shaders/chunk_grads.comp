@@ -36,16 +36,46 @@ layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T
 #include "chunk.glsl"
 
 #define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
-#define RPT 16u   // rows per invocation: invocation (r, half) owns rows half*HR .. half*HR + HR-1 of column r
-#define TILE 16u  // columns of dO, dU, U staged per round of the S0 / dS products
-const uint HR = (CH + 1u) / 2u;
+#define TILE 16u  // columns (value or key dims) staged per round of the D-long products
+// Rows i of the chunk padded to CHP (a multiple of 8): invocation (r, half) owns rows
+// half*HR .. half*HR + HR-1 of column r (HR a multiple of 4: vec4 reads of the [m][i] matrices), and
+// invocation (pi, pj) = (tid / 16, tid % 16) the 2 x 2 block of (i, j) pairs (2 pi .. 2 pi + 1, 2 pj ..).
+const uint CHP = (CH + 7u) / 8u * 8u;
+const uint HR = CHP / 2u;
+const uint HR4 = HR / 4u;
 const uint NSR = D / SG;  // subgroups per row half
 
-shared float sT[CH * CH], sG[CH * CH], sM[CH * CH], sF[CH * CH];  // [row i][column j]
-shared float tile[3u * TILE * CH];  // [operand][column][row i]; later dT T^T
-shared float red[2u * CH * NSR];    // per-row partial sums of dlg and dbeta
+// CH x CHP matrices, [m][i] (i contiguous, rows of CHP floats). Roles change as the pass goes on:
+shared vec4 mT[CH * CHP / 4u];   // T[m][i]
+shared vec4 mA[CH * CHP / 4u];   // M[i][j] (j <= i), diagonal then removed: M[m][i] in the last phase
+shared vec4 mB[CH * CHP / 4u];   // G = K K^T; then Mt[m][i] = M[i][m]
+// dT; then F = dA * decay; at the end the row sums' subgroup partials [2][CH][NSR]
+const uint MC4 = CH * CHP > 2u * CH * NSR ? CH * CHP / 4u : 2u * CH * NSR / 4u;
+shared vec4 mC[MC4];
+shared vec4 mD[CH * CHP / 4u];   // Ep[m][i] = beta_i F[i][m] + beta_m F[m][i]
+shared vec4 tile4[4u * TILE * CHP / 4u];  // staged operands [operand][column][row i]; then dT T^T; then Em
+shared float mdiag[CH], dbeta_a[CH], dlg[CH];
 shared float red_extra[256u / 8u];
-shared float dlg[CH];
+
+#define AT(m, i) ((m) * CHP + (i))  // scalar index into a [m][i] matrix
+float getf(uint at, uint which) {
+  const uint v = at / 4u, l = at % 4u;
+  vec4 x;
+  if (which == 0u) x = mT[v]; else if (which == 1u) x = mA[v]; else if (which == 2u) x = mB[v];
+  else if (which == 3u) x = mC[v]; else if (which == 4u) x = mD[v]; else x = tile4[v];
+  return x[l];
+}
+void setf(uint at, uint which, float f) {
+  const uint v = at / 4u, l = at % 4u;
+  if (which == 0u) mT[v][l] = f; else if (which == 1u) mA[v][l] = f; else if (which == 2u) mB[v][l] = f;
+  else if (which == 3u) mC[v][l] = f; else if (which == 4u) mD[v][l] = f; else tile4[v][l] = f;
+}
+#define T_ 0u
+#define A_ 1u
+#define B_ 2u
+#define C_ 3u
+#define D_ 4u
+#define TILE_ 5u
 
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
@@ -64,157 +94,224 @@ void main() {
   const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
   load_chunk_gates(k, tid);
   const float lgam = lg[CH - 1u];
-  for (uint e = tid; e < CH * CH; e += 256u) sT[e] = e / CH < k.L ? t_in[head_row(k, e / CH) * CH + e % CH] : 0.0;
+  for (uint e = tid; e < CH * CHP; e += 256u) {
+    const uint m = e / CHP, i = e % CHP;
+    setf(e, T_, m < k.L && i < CH ? t_in[head_row(k, m) * CH + i] : 0.0);
+  }
 
   const uint r = tid % D, half_ = tid / D;
   const uint i0 = half_ * HR;
-  float dq[RPT], dk[RPT], dks[RPT];  // dks: dK+ - dK- (for dlg)
-  float extra = 0.0;                 // this invocation's share of dlg at CH-1
+  const uint pi = tid / 16u, pj = tid % 16u;  // the (i, j) pair block
+  const bool pair_ok = pi < HR && pj < HR;    // 2 pi < CHP
+  vec4 dq[HR4], dk[HR4], dks[HR4];  // dks: dK+ - dK- (for dlg)
+  float extra = 0.0;                // this invocation's share of dlg at CH-1
+  vec2 duv[2], dou[2];              // pair dots <dU_i, v_j>, <dO_i, u_j>: [i of the block][j of the block]
+  duv[0] = vec2(0.0); duv[1] = vec2(0.0); dou[0] = vec2(0.0); dou[1] = vec2(0.0);
 
-  // ---- the products with S0 and dS: X1 = dO S0^T, dW = -dU S0^T, X2 = U dS^T ----
+  // ---- over the value dims c: X1 = dO S0^T, dW = -dU S0^T, X2 = U dS^T, and the pair dots ----
   {
-    float x1[RPT], x2[RPT], w[RPT];
-    [[unroll]] for (uint s = 0u; s < RPT; ++s) { x1[s] = 0.0; x2[s] = 0.0; w[s] = 0.0; }
-    if (has_s0 || has_ds) {
-      const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
-      for (uint c0 = 0u; c0 < D; c0 += TILE) {
-        barrier();
-        for (uint e = tid; e < 3u * TILE * CH; e += 256u) {
-          const uint which = e / (TILE * CH), col = c0 + (e / CH) % TILE, i = e % CH;
-          float x = 0.0;
-          if (i < k.L) {
-            if (which == 0u) x = do_in[head_row(k, i) * D + col];
-            else if (which == 1u) x = du_in[head_row(k, i) * D + col];
-            else x = u_at(k, i, col);
-          }
-          tile[e] = x;
+    vec4 x1[HR4], x2[HR4], w[HR4];
+    [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
+    const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
+    const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
+    for (uint c0 = 0u; c0 < D; c0 += TILE) {
+      barrier();
+      for (uint e = tid; e < 4u * TILE * CHP; e += 256u) {
+        const uint which = e / (TILE * CHP), col = c0 + (e / CHP) % TILE, i = e % CHP;
+        float x = 0.0;
+        if (i < k.L) {
+          if (which == 0u) x = do_in[head_row(k, i) * D + col];
+          else if (which == 1u) x = du_in[head_row(k, i) * D + col];
+          else if (which == 2u) x = u_at(k, i, col);
+          else x = v_at(k, i, col);
         }
-        barrier();
-        for (uint cc = 0u; cc < TILE; ++cc) {
+        tile4[e / 4u][e % 4u] = x;
+      }
+      barrier();
+      for (uint cc = 0u; cc < TILE; ++cc) {
+        if (has_s0 || has_ds) {
           const float s0 = has_s0 ? ck[s0_at + (c0 + cc) * D + r] : 0.0;
           const float sd = has_ds ? dsc[ds_at + (c0 + cc) * D + r] : 0.0;
           if (half_ == 0u) extra = fma(s0, sd, extra);
-          [[unroll]] for (uint s = 0u; s < RPT; ++s) {
-            if (s >= HR || i0 + s >= CH) break;
-            x1[s] = fma(s0, tile[cc * CH + i0 + s], x1[s]);
-            w[s] = fma(-s0, tile[(TILE + cc) * CH + i0 + s], w[s]);
-            x2[s] = fma(sd, tile[(2u * TILE + cc) * CH + i0 + s], x2[s]);
+          [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+            const uint at = cc * CHP / 4u + i0 / 4u + s;
+            x1[s] = fma(vec4(s0), tile4[at], x1[s]);
+            w[s] = fma(vec4(-s0), tile4[OP + at], w[s]);
+            x2[s] = fma(vec4(sd), tile4[2u * OP + at], x2[s]);
+          }
+        }
+        if (pair_ok) {
+          const uint ai = cc * CHP + 2u * pi, aj = cc * CHP + 2u * pj;
+          const vec2 doi = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
+          const vec2 dui = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
+          const vec2 uj = vec2(tile4[2u * OP + aj / 4u][aj % 4u], tile4[2u * OP + aj / 4u][aj % 4u + 1u]);
+          const vec2 vj = vec2(tile4[3u * OP + aj / 4u][aj % 4u], tile4[3u * OP + aj / 4u][aj % 4u + 1u]);
+          [[unroll]] for (uint a = 0u; a < 2u; ++a) {
+            duv[a] = fma(vec2(dui[a]), vj, duv[a]);
+            dou[a] = fma(vec2(doi[a]), uj, dou[a]);
           }
         }
       }
     }
     extra *= exp(lgam);  // Gamma <dS, S0>
-    [[unroll]] for (uint s = 0u; s < RPT; ++s) {
-      const uint i = i0 + s;
-      dq[s] = 0.0; dk[s] = 0.0; dks[s] = 0.0;
-      if (s >= HR || i >= k.L) continue;
-      dq[s] = exp(lg[i]) * x1[s];
-      const float kt = exp(lgam - lg[i]) * x2[s];  // dK~ term
-      dk[s] = kt;
-      dks[s] = -kt;
-      extra = fma(k_at(k, i, r), kt, extra);
-      dw[head_row(k, i) * D + r] = w[s];
+    [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+      dq[s] = vec4(0.0); dk[s] = vec4(0.0); dks[s] = vec4(0.0);
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+        const uint i = i0 + 4u * s + l;
+        if (i >= k.L) continue;
+        dq[s][l] = exp(lg[i]) * x1[s][l];
+        const float kt = exp(lgam - lg[i]) * x2[s][l];  // dK~ term
+        dk[s][l] = kt;
+        dks[s][l] = -kt;
+        extra = fma(k_at(k, i, r), kt, extra);
+        dw[head_row(k, i) * D + r] = w[s][l];
+      }
     }
   }
   memoryBarrierBuffer();
-  barrier();
 
-  // ---- CH x CH: G = K K^T, M, dT ----
-  for (uint e = tid; e < CH * CH; e += 256u) {
-    const uint i = e / CH, j = e % CH;
-    float g = 0.0, m = 0.0, dt = 0.0;
-    if (i < k.L && j < k.L) {
-      float duv = 0.0, dwk = 0.0, dou = 0.0;
-      const uint ri = head_row(k, i) * D;
-      for (uint c = 0u; c < D; ++c) {
-        const float kj = k_at(k, j, c);
-        g = fma(k_at(k, i, c), kj, g);
-        duv = fma(du_in[ri + c], v_at(k, j, c), duv);
-        dwk = fma(dw[ri + c], kj, dwk);
-        if (j <= i) dou = fma(do_in[ri + c], u_at(k, j, c), dou);
+  // ---- over the key dims r: the pair dots G = <k_i, k_j>, <dW_i, k_j> ----
+  vec2 gkk[2], dwk[2];
+  gkk[0] = vec2(0.0); gkk[1] = vec2(0.0); dwk[0] = vec2(0.0); dwk[1] = vec2(0.0);
+  {
+    const uint OP = TILE * CHP / 4u;
+    for (uint r0 = 0u; r0 < D; r0 += TILE) {
+      barrier();
+      for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
+        const uint which = e / (TILE * CHP), rr = r0 + (e / CHP) % TILE, i = e % CHP;
+        float x = 0.0;
+        if (i < k.L) x = which == 0u ? k_at(k, i, rr) : dw[head_row(k, i) * D + rr];
+        tile4[e / 4u][e % 4u] = x;
       }
-      dt = bet[j] * (duv + exp(lg[j]) * dwk);
-      if (j <= i) m = exp(lg[i] - lg[j]) * dou;
+      barrier();
+      if (pair_ok)
+        for (uint cc = 0u; cc < TILE; ++cc) {
+          const uint ai = cc * CHP + 2u * pi, aj = cc * CHP + 2u * pj;
+          const vec2 ki = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
+          const vec2 dwi = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
+          const vec2 kj = vec2(tile4[aj / 4u][aj % 4u], tile4[aj / 4u][aj % 4u + 1u]);
+          [[unroll]] for (uint a = 0u; a < 2u; ++a) {
+            gkk[a] = fma(vec2(ki[a]), kj, gkk[a]);
+            dwk[a] = fma(vec2(dwi[a]), kj, dwk[a]);
+          }
+        }
     }
-    sG[e] = g;
-    sM[e] = m;
-    sF[e] = dt;  // dT for now
   }
+  // ---- the pairs: G (mB), M (mA), dT (mC), all [i][j] ----
+  if (pair_ok)
+    [[unroll]] for (uint a = 0u; a < 2u; ++a)
+      [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
+        const uint i = 2u * pi + a, j = 2u * pj + b2;
+        if (i >= CH) continue;
+        float g = 0.0, m = 0.0, dt = 0.0;
+        if (i < k.L && j < k.L) {
+          g = gkk[a][b2];
+          dt = bet[j] * (duv[a][b2] + exp(lg[j]) * dwk[a][b2]);
+          if (j <= i) m = exp(lg[i] - lg[j]) * dou[a][b2];
+        }
+        setf(AT(i, j), B_, g);
+        setf(AT(i, j), A_, m);
+        setf(AT(i, j), C_, dt);
+      }
   barrier();
-  // ---- dA = -T^T dT T^T: first Z = dT T^T (into tile), then F = -(T^T Z) * decay, strictly lower ----
+  // ---- dA = -T^T dT T^T: Z = dT T^T (into tile4), then F = -(T^T Z) * decay, strictly lower ----
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float z = 0.0;
-    for (uint m = 0u; m < CH; ++m) z = fma(sF[i * CH + m], sT[j * CH + m], z);
-    tile[e] = z;
+    for (uint m = 0u; m < CH; ++m) z = fma(getf(AT(i, m), C_), getf(AT(j, m), T_), z);
+    setf(AT(i, j), TILE_, z);
   }
   barrier();
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float f = 0.0;
     if (j < i && i < k.L) {
-      for (uint m = 0u; m < CH; ++m) f = fma(sT[m * CH + i], tile[m * CH + j], f);
+      for (uint m = 0u; m < CH; ++m) f = fma(getf(AT(m, i), T_), getf(AT(m, j), TILE_), f);
       f = -f * exp(lg[i] - lg[j]);
     }
-    sF[e] = f;
+    setf(AT(i, j), C_, f);
   }
   barrier();
+  // ---- dbeta's A term; the coefficient matrices of the last phase, [m][i] ----
+  if (tid < CH) {
+    float x = 0.0;
+    for (uint j = 0u; j < tid; ++j) x = fma(getf(AT(tid, j), C_), getf(AT(tid, j), B_), x);
+    dbeta_a[tid] = x;
+    mdiag[tid] = getf(AT(tid, tid), A_);
+  }
+  barrier();
+  for (uint e = tid; e < CH * CHP; e += 256u) {
+    const uint m = e / CHP, i = e % CHP;
+    float mt = 0.0, ep = 0.0, em = 0.0;
+    if (i < CH && i != m) {
+      mt = getf(AT(i, m), A_);
+      const float e1 = bet[i] * getf(AT(i, m), C_), e2 = bet[m] * getf(AT(m, i), C_);
+      ep = e1 + e2;
+      em = e1 - e2;
+    }
+    setf(e, B_, mt);
+    setf(e, D_, ep);
+    setf(e, TILE_, em);
+  }
+  barrier();
+  for (uint m = tid; m < CH; m += 256u) setf(AT(m, m), A_, 0.0);  // the diagonal of M goes in after the row sums
+  barrier();
 
-  // ---- CH x D: the rest of dQ, dK; Yv, Yk ----
-  float yv[RPT], yk[RPT];
-  [[unroll]] for (uint s = 0u; s < RPT; ++s) { yv[s] = 0.0; yk[s] = 0.0; }
+  // ---- over the chunk's rows m: the rest of dQ, dK; Yv = T^T dU, Yk = T^T dW ----
+  vec4 yv[HR4], yk[HR4];
+  [[unroll]] for (uint s = 0u; s < HR4; ++s) { yv[s] = vec4(0.0); yk[s] = vec4(0.0); }
   for (uint m = 0u; m < k.L; ++m) {
     const float km = k_at(k, m, r), qm = q_at(k, m, r);
     const float dum = du_in[head_row(k, m) * D + r], dwm = dw[head_row(k, m) * D + r];
-    [[unroll]] for (uint s = 0u; s < RPT; ++s) {
-      const uint i = i0 + s;
-      if (s >= HR || i >= CH) break;
-      if (m != i) {  // the diagonal's dlg terms cancel exactly: it is added after the row sums
-        dq[s] = fma(sM[i * CH + m], km, dq[s]);
-        const float mt = sM[m * CH + i] * qm;
-        dk[s] += mt;
-        dks[s] -= mt;
-      }
-      const float e1 = bet[i] * sF[i * CH + m], e2 = bet[m] * sF[m * CH + i];
-      dk[s] = fma(e1 + e2, km, dk[s]);
-      dks[s] = fma(e1 - e2, km, dks[s]);
-      yv[s] = fma(sT[m * CH + i], dum, yv[s]);
-      yk[s] = fma(sT[m * CH + i], dwm, yk[s]);
+    [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+      const uint at = (m * CHP + i0) / 4u + s;
+      const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at], t = mT[at];
+      dq[s] = fma(mt, vec4(km), dq[s]);
+      dk[s] = fma(mr, vec4(qm), fma(ep, vec4(km), dk[s]));
+      dks[s] = fma(-mr, vec4(qm), fma(em, vec4(km), dks[s]));
+      yv[s] = fma(t, vec4(dum), yv[s]);
+      yk[s] = fma(t, vec4(dwm), yk[s]);
     }
   }
   // ---- outputs, and the row sums of dlg and dbeta ----
-  [[unroll]] for (uint s = 0u; s < RPT; ++s) {
-    const uint i = i0 + s;
-    if (s >= HR) break;
-    float ra = 0.0, rb = 0.0;
-    if (i < k.L) {
-      const float ki = k_at(k, i, r), gi = exp(lg[i]);
-      const float kw = bet[i] * gi * yk[s];
-      dk[s] += kw;
-      dks[s] += kw;
-      const float qi = q_at(k, i, r), mii = sM[i * CH + i];
-      ra = qi * dq[s] + ki * dks[s];
-      rb = v_at(k, i, r) * yv[s] + gi * ki * yk[s];
-      const uint row = head_row(k, i);
-      rec[row * RW + r] = fma(mii, ki, dq[s]);
-      rec[row * RW + D + r] = fma(mii, qi, dk[s]);
-      const uint bt = k.b * pc.t + k.t0 + i;
-      dy[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + r] = bet[i] * yv[s];
+  float ra[HR], rb[HR];
+  [[unroll]] for (uint s = 0u; s < HR4; ++s)
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+      const uint i = i0 + 4u * s + l;
+      float a = 0.0, b2 = 0.0;
+      if (i < k.L) {
+        const float ki = k_at(k, i, r), qi = q_at(k, i, r), gi = exp(lg[i]);
+        const float kw = bet[i] * gi * yk[s][l];
+        const float dki = dk[s][l] + kw, dksi = dks[s][l] + kw;
+        a = qi * dq[s][l] + ki * dksi;
+        b2 = v_at(k, i, r) * yv[s][l] + gi * ki * yk[s][l];
+        const uint row = head_row(k, i);
+        rec[row * RW + r] = fma(mdiag[i], ki, dq[s][l]);
+        rec[row * RW + D + r] = fma(mdiag[i], qi, dki);
+        const uint bt = k.b * pc.t + k.t0 + i;
+        dy[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + r] = bet[i] * yv[s][l];
+      }
+      ra[4u * s + l] = subgroupAdd(a);
+      rb[4u * s + l] = subgroupAdd(b2);
     }
-    ra = subgroupAdd(ra);
-    rb = subgroupAdd(rb);
-    if (subgroupElect() && i < CH) {
-      red[i * NSR + r / SG] = ra;
-      red[(CH + i) * NSR + r / SG] = rb;
-    }
-  }
   extra = subgroupAdd(extra);
-  if (subgroupElect()) red_extra[gl_SubgroupID] = extra;
+  // Subgroup partials meet in mC (free now): [quantity][row i][subgroup of the row half]
+  const uint sub = r / SG;
+  if (subgroupElect()) {
+    [[unroll]] for (uint s = 0u; s < HR; ++s) {
+      const uint i = i0 + s;
+      if (i < CH) {
+        setf(i * NSR + sub, C_, ra[s]);
+        setf((CH + i) * NSR + sub, C_, rb[s]);
+      }
+    }
+    red_extra[gl_SubgroupID] = extra;
+  }
   barrier();
   if (tid < CH) {
     float x = 0.0;
     if (tid < k.L)
-      for (uint p = 0u; p < NSR; ++p) x += red[tid * NSR + p];
+      for (uint p = 0u; p < NSR; ++p) x += getf(tid * NSR + p, C_);
     if (tid == CH - 1u)
       for (uint p = 0u; p < gl_NumSubgroups; ++p) x += red_extra[p];
     dlg[tid] = x;
@@ -224,9 +321,8 @@ void main() {
     const uint i = tid;
     float dlogg = 0.0;
     for (uint m = i; m < CH; ++m) dlogg += dlg[m];
-    float db = 0.0;
-    for (uint p = 0u; p < NSR; ++p) db += red[(CH + i) * NSR + p];
-    for (uint j = 0u; j < i; ++j) db = fma(sF[i * CH + j], sG[i * CH + j], db);
+    float db = dbeta_a[i];
+    for (uint p = 0u; p < NSR; ++p) db += getf((CH + i) * NSR + p, C_);
     const uint row = head_row(k, i);
     rec[row * RW + 2u * D] = dlogg;
     rec[row * RW + 2u * D + 1u] = db;

@@ -13,7 +13,13 @@ layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T
 
 #include "chunk.glsl"
 
-shared float sa[CH * CH], st[CH * CH];  // A, T: [row i][column j]
+#define TILE 16u  // key dims staged per round of the pair dot products
+const uint CHP = (CH + 7u) / 8u * 8u;  // rows padded to a multiple of 8 (as chunk_grads)
+const uint HR = CHP / 2u;
+
+shared float sa[CH * CH];        // A [i][j]
+shared vec4 st4[CH * CHP / 4u];  // T^T [j][i] (i contiguous): W's loop reads 4 rows i at once
+shared vec4 tile4[2u * TILE * CHP / 4u];  // k^, q^ [operand][key dim][row i]
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -23,43 +29,75 @@ void main() {
   const Chunk k = chunk_of(wg / nch / pc.nv, (wg / nch) % pc.nv, wg % nch);
   load_chunk_gates(k, tid);
 
-  // A and P: one dot product of D per (i, j), j <= i.
-  for (uint e = tid; e < CH * CH; e += 256u) {
-    const uint i = e / CH, j = e % CH;
-    float a = 0.0, p = 0.0;
-    if (j <= i && i < k.L) {
-      float kk = 0.0, qk = 0.0;
-      for (uint r = 0u; r < D; ++r) {
-        const float kj = k_at(k, j, r);
-        kk = fma(k_at(k, i, r), kj, kk);
-        qk = fma(q_at(k, i, r), kj, qk);
-      }
-      const float decay = exp(lg[i] - lg[j]);
-      if (j < i) a = bet[i] * decay * kk;
-      p = decay * qk;
+  // A and P from the pair dots <k_i, k_j>, <q_i, k_j>: invocation (pi, pj) owns the 2 x 2 block
+  // (2 pi .. 2 pi + 1, 2 pj .. 2 pj + 1); the key dims pass through shared memory TILE at a time.
+  const uint pi = tid / 16u, pj = tid % 16u;
+  const bool pair_ok = pi < HR && pj < HR;
+  vec2 kk[2], qk[2];
+  kk[0] = vec2(0.0); kk[1] = vec2(0.0); qk[0] = vec2(0.0); qk[1] = vec2(0.0);
+  const uint OP = TILE * CHP / 4u;
+  for (uint r0 = 0u; r0 < D; r0 += TILE) {
+    barrier();
+    for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
+      const uint which = e / (TILE * CHP), r = r0 + (e / CHP) % TILE, i = e % CHP;
+      tile4[e / 4u][e % 4u] = i < k.L ? (which == 0u ? k_at(k, i, r) : q_at(k, i, r)) : 0.0;
     }
-    sa[e] = a;
-    if (i < k.L) p_out[head_row(k, i) * CH + j] = p;
+    barrier();
+    if (pair_ok)
+      for (uint rr = 0u; rr < TILE; ++rr) {
+        const uint ai = rr * CHP + 2u * pi, aj = rr * CHP + 2u * pj;
+        const vec2 ki = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
+        const vec2 qi = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
+        const vec2 kj = vec2(tile4[aj / 4u][aj % 4u], tile4[aj / 4u][aj % 4u + 1u]);
+        [[unroll]] for (uint a = 0u; a < 2u; ++a) {
+          kk[a] = fma(vec2(ki[a]), kj, kk[a]);
+          qk[a] = fma(vec2(qi[a]), kj, qk[a]);
+        }
+      }
   }
+  if (pair_ok)
+    [[unroll]] for (uint a = 0u; a < 2u; ++a)
+      [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
+        const uint i = 2u * pi + a, j = 2u * pj + b2;
+        if (i >= CH || j >= CH) continue;
+        float av = 0.0, p = 0.0;
+        if (j <= i && i < k.L) {
+          const float decay = exp(lg[i] - lg[j]);
+          if (j < i) av = bet[i] * decay * kk[a][b2];
+          p = decay * qk[a][b2];
+        }
+        sa[i * CH + j] = av;
+        if (i < k.L) p_out[head_row(k, i) * CH + j] = p;
+      }
+  for (uint e = tid; e < CH * CHP / 4u; e += 256u) st4[e] = vec4(0.0);
   barrier();
   // T row by row (forward substitution): T[i][m] = [i == m] - sum_{m <= j < i} A[i][j] T[j][m].
   for (uint i = 0u; i < CH; ++i) {
     if (tid < CH) {
       const uint m = tid;
       float x = i == m ? 1.0 : 0.0;
-      for (uint j = m; j < i; ++j) x = fma(-sa[i * CH + j], st[j * CH + m], x);
-      st[i * CH + m] = x;
+      for (uint j = m; j < i; ++j) x = fma(-sa[i * CH + j], st4[(m * CHP + j) / 4u][j % 4u], x);
+      st4[(m * CHP + i) / 4u][i % 4u] = x;
     }
     barrier();
   }
-  for (uint e = tid; e < CH * CH; e += 256u)
-    if (e / CH < k.L) t_out[head_row(k, e / CH) * CH + e % CH] = st[e];
-  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r]
-  for (uint e = tid; e < CH * D; e += 256u) {
-    const uint i = e / D, r = e % D;
-    if (i >= k.L) continue;
-    float w = 0.0;
-    for (uint j = 0u; j <= i; ++j) w = fma(st[i * CH + j] * bet[j] * exp(lg[j]), k_at(k, j, r), w);
-    w_out[head_row(k, i) * D + r] = w;
+  for (uint e = tid; e < CH * CH; e += 256u) {
+    const uint i = e / CH, j = e % CH;
+    if (i < k.L) t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
+  }
+  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r]: invocation (r, half) owns rows half*HR ..
+  {
+    const uint r = tid % D, i0 = (tid / D) * HR;
+    vec4 w[HR / 4u];
+    [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) w[s] = vec4(0.0);
+    for (uint j = 0u; j < k.L; ++j) {
+      const float kj = bet[j] * exp(lg[j]) * k_at(k, j, r);
+      [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj), w[s]);
+    }
+    [[unroll]] for (uint s = 0u; s < HR / 4u; ++s)
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+        const uint i = i0 + 4u * s + l;
+        if (i < k.L) w_out[head_row(k, i) * D + r] = w[s][l];
+      }
   }
 }

@@ -114,10 +114,17 @@ const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32
 
 namespace {
 // Shared memory of the chunked kernels (bytes), mirrored from their declarations.
-constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) { return (2 * ch + 2 * ch * ch) * 4; }
-constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) { return (2 * ch + 32 * (kD + 1) + 2 * ch * 32 + ch * ch) * 4; }
+constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
+  const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
+  return (2 * ch + ch * ch + ch * chp + 2 * 16 * chp) * 4;
+}
+constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
+  return (2 * ch + 32 * (kD + 1) + 2 * ch * 32 + ch * ch) * 4;
+}
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
-  return (2 * ch + 4 * ch * ch + 3 * 16 * ch + 2 * ch * (kD / sg) + 256 / 8 + ch) * 4;
+  const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
+  const std::uint32_t mc = std::max(ch * chp, 2 * ch * (kD / sg));
+  return (2 * ch + 4 * ch * chp + mc + 4 * 16 * chp + 3 * ch + 256 / 8) * 4;
 }
 }  // namespace
 
