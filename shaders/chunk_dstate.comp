@@ -2,10 +2,11 @@
 // Chunked backward, pass 2 of 3: the only serial pass. One workgroup per (window b, v-head h, block
 // of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
 // zero after the window) in shared memory. Columns are independent here, as in the forward. Per chunk
-// (chunk.glsl for T, W, P, lg):
-//   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows
+// (chunk.glsl for W, lg):
+//   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
 // dU and the chunk's dS (before the update) leave for chunk_grads, which does the rest in parallel.
+// The chunk's rows pass through shared memory SUB at a time, each staged with one round of loads.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -13,21 +14,21 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B,
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
-layout(set = 0, binding = 3) readonly buffer Wm { float w_in[]; };      // [B, T, nv, D]  (chunk_prep)
-layout(set = 0, binding = 4) readonly buffer Pm { float p_in[]; };      // [B, T, nv, CH] (chunk_prep)
-layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
-layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] dU
-layout(set = 0, binding = 7) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 3) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
+layout(set = 0, binding = 4) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
+layout(set = 0, binding = 5) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
+layout(set = 0, binding = 6) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
 
 #include "chunk.glsl"
 
-#define COLS 32u  // state columns per workgroup
-#define NWG 4u    // workgroups per (window, head)
+#define COLS 32u      // state columns per workgroup
+#define NWG 4u        // workgroups per (window, head)
+#define SUB 8u        // chunk rows per staged round
 #define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
 
-shared float ds[COLS * DSP];                       // dS [column j][row r]
-shared vec4 sdo[CH * COLS / 4u], sdu[CH * COLS / 4u];  // dO, dU [token i][column j / 4]
-shared float sp[CH * CH];                          // P [i][j]
+shared float ds[COLS * DSP];  // dS [column j][row r]
+shared vec4 sk[SUB * D / 4u], sq[SUB * D / 4u], sw[SUB * D / 4u];  // k^, gamma q^, W [row i][r/4]
+shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [row i][column j/4]
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -37,69 +38,72 @@ void main() {
   const uint bh = wg / NWG, blk = wg % NWG;
   const uint slots = max(nch, 2u) - 1u;
   for (uint e = tid; e < COLS * DSP; e += 256u) ds[e] = 0.0;
+  const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
+  const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the staged rows
 
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
-    barrier();  // the previous chunk's readers of lg, sdo, sdu, sp are done
+    barrier();  // the previous chunk's readers of lg and ds are done
     load_chunk_gates(k, tid);
-    for (uint e = tid; e < CH * COLS; e += 256u) {
-      const uint i = e / COLS;
-      sdo[e / 4u][e % 4u] = i < k.L ? do_in[head_row(k, i) * D + blk * COLS + e % COLS] : 0.0;
-    }
-    for (uint e = tid; e < CH * CH; e += 256u) {
-      const uint i = e / CH;
-      sp[e] = i < k.L ? p_in[head_row(k, i) * CH + e % CH] : 0.0;
-    }
-    barrier();
     const float lgam = lg[CH - 1u];
-
-    // dU[i][j] = sum_{m >= i} P[m][i] dO[m][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
-    {
-      const uint j = tid % COLS, ig = tid / COLS;  // 8 row groups: rows ig, ig + 8, ig + 16, ig + 24
-      float acc[4] = float[4](0.0, 0.0, 0.0, 0.0);
-      const uint k4 = ((pc.nb * pc.t + k.b * pc.t + k.t0) * pc.nk + k.ko) * (D / 4u);  // k^ of token t0, as vec4
-      for (uint r4 = 0u; r4 < D / 4u; ++r4) {
-        const vec4 d = vec4(ds[j * DSP + 4u * r4], ds[j * DSP + 4u * r4 + 1u], ds[j * DSP + 4u * r4 + 2u],
-                            ds[j * DSP + 4u * r4 + 3u]);
-        [[unroll]] for (uint s = 0u; s < 4u; ++s) {
-          const uint i = ig + 8u * s;
-          if (i < k.L) acc[s] += dot(qkn4[k4 + i * pc.nk * (D / 4u) + r4], d);
-        }
-      }
-      [[unroll]] for (uint s = 0u; s < 4u; ++s) {
-        const uint i = ig + 8u * s;
-        if (i >= CH) break;
-        float du = exp(lgam - lg[i]) * acc[s];
-        for (uint m = i; m < k.L; ++m) du = fma(sp[m * CH + i], sdo[(m * COLS + j) / 4u][j % 4u], du);
-        if (i >= k.L) du = 0.0;
-        sdu[(i * COLS + j) / 4u][j % 4u] = du;
-        if (i < k.L) du_out[head_row(k, i) * D + blk * COLS + j] = du;
-      }
-    }
     // The chunk's end-state gradient, for chunk_grads (the last chunk's is zero: not stored).
     if (k.c + 1u < nch)
       for (uint e = tid; e < COLS * D; e += 256u) {
-        const uint j = e / D, r = e % D;
-        dsc[((bh * slots + k.c) * D + blk * COLS + j) * D + r] = ds[j * DSP + r];
+        const uint j = e / D, rr = e % D;
+        dsc[((bh * slots + k.c) * D + blk * COLS + j) * D + rr] = ds[j * DSP + rr];
       }
-    barrier();
+    float acc[16];
+    [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) acc[jj] = exp(lgam) * ds[(jg * 16u + jj) * DSP + r];
 
-    // dS[r][j] <- Gamma dS[r][j] + sum_i gamma_i q_i[r] dO[i][j] - sum_i W[i][r] dU[i][j]
-    {
-      const uint r = tid % D, jg = tid / D;  // 2 groups of 16 columns
-      const float gam = exp(lgam);
-      float acc[16];
-      [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) acc[jj] = gam * ds[(jg * 16u + jj) * DSP + r];
-      for (uint i = 0u; i < k.L; ++i) {
-        const float qv = exp(lg[i]) * q_at(k, i, r);
-        const float wv = w_in[head_row(k, i) * D + r];
+    for (uint i0 = 0u; i0 < k.L; i0 += SUB) {
+      barrier();  // the previous round's readers are done
+      for (uint e = tid; e < SUB * D / 4u; e += 256u) {
+        const uint i = i0 + e / (D / 4u), r4 = e % (D / 4u);
+        vec4 kv = vec4(0.0), qv = vec4(0.0), wv = vec4(0.0);
+        if (i < k.L) {
+          const uint bt = k.b * pc.t + k.t0 + i;
+          kv = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
+          qv = exp(lg[i]) * qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
+          wv = w4[head_row(k, i) * (D / 4u) + r4];
+        }
+        sk[e] = kv;
+        sq[e] = qv;
+        sw[e] = wv;
+      }
+      for (uint e = tid; e < SUB * COLS; e += 256u) {
+        const uint i = i0 + e / COLS;
+        sdo[e / 4u][e % 4u] = i < k.L ? do_in[head_row(k, i) * D + blk * COLS + e % COLS] : 0.0;
+      }
+      barrier();
+      // dU[i][j] = (P^T dO)[i][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
+      for (uint il = iu; il < SUB; il += 256u / COLS) {
+        const uint i = i0 + il;
+        float x = 0.0;
+        if (i < k.L) {
+          float a = 0.0;
+          for (uint r4 = 0u; r4 < D / 4u; ++r4) {
+            const uint at = ju * DSP + 4u * r4;
+            a += dot(sk[il * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]));
+          }
+          const uint g = head_row(k, i) * D + blk * COLS + ju;
+          x = du[g] + exp(lgam - lg[i]) * a;
+          du[g] = x;
+        }
+        sdu[(il * COLS + ju) / 4u][ju % 4u] = x;
+      }
+      barrier();
+      // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the staged rows
+      for (uint il = 0u; il < SUB; ++il) {
+        const float qv = sq[il * (D / 4u) + r / 4u][r % 4u];
+        const float wv = sw[il * (D / 4u) + r / 4u][r % 4u];
         [[unroll]] for (uint j4 = 0u; j4 < 4u; ++j4) {
-          const uint at = (i * COLS + jg * 16u) / 4u + j4;
+          const uint at = (il * COLS + jg * 16u) / 4u + j4;
           const vec4 a = sdo[at], b = sdu[at];
           [[unroll]] for (uint l = 0u; l < 4u; ++l) acc[4u * j4 + l] = fma(qv, a[l], fma(-wv, b[l], acc[4u * j4 + l]));
         }
       }
-      [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];
     }
+    barrier();  // every dU of the chunk has read the old dS
+    [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];
   }
 }

@@ -30,7 +30,7 @@ layout(set = 0, binding = 7) coherent buffer Wm { float dw[]; };        // [B, T
 layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] (chunk_prep)
 layout(set = 0, binding = 9) readonly buffer Ck { float ck[]; };        // [B, nv, slots, D cols, D rows] S0
 layout(set = 0, binding = 10) readonly buffer Dsc { float dsc[]; };     // [B, nv, slots, D cols, D rows] dS
-layout(set = 0, binding = 11) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW]
+layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T, nv][RW]
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
 
 #include "chunk.glsl"
@@ -103,7 +103,6 @@ void main() {
   const uint i0 = half_ * HR;
   const uint pi = tid / 16u, pj = tid % 16u;  // the (i, j) pair block
   const bool pair_ok = pi < HR && pj < HR;    // 2 pi < CHP
-  vec4 dq[HR4], dk[HR4], dks[HR4];  // dks: dK+ - dK- (for dlg)
   float extra = 0.0;                // this invocation's share of dlg at CH-1
   vec2 duv[2], dou[2];              // pair dots <dU_i, v_j>, <dO_i, u_j>: [i of the block][j of the block]
   duv[0] = vec2(0.0); duv[1] = vec2(0.0); dou[0] = vec2(0.0); dou[1] = vec2(0.0);
@@ -154,19 +153,18 @@ void main() {
       }
     }
     extra *= exp(lgam);  // Gamma <dS, S0>
-    [[unroll]] for (uint s = 0u; s < HR4; ++s) {
-      dq[s] = vec4(0.0); dk[s] = vec4(0.0); dks[s] = vec4(0.0);
+    // dQ's and dK's terms so far wait in the record (dK+ - dK- = -dK there); the last phase adds the rest.
+    [[unroll]] for (uint s = 0u; s < HR4; ++s)
       [[unroll]] for (uint l = 0u; l < 4u; ++l) {
         const uint i = i0 + 4u * s + l;
         if (i >= k.L) continue;
-        dq[s][l] = exp(lg[i]) * x1[s][l];
         const float kt = exp(lgam - lg[i]) * x2[s][l];  // dK~ term
-        dk[s][l] = kt;
-        dks[s][l] = -kt;
         extra = fma(k_at(k, i, r), kt, extra);
-        dw[head_row(k, i) * D + r] = w[s][l];
+        const uint row = head_row(k, i);
+        rec[row * RW + r] = exp(lg[i]) * x1[s][l];
+        rec[row * RW + D + r] = kt;
+        dw[row * D + r] = w[s][l];
       }
-    }
   }
   memoryBarrierBuffer();
 
@@ -257,43 +255,65 @@ void main() {
   for (uint m = tid; m < CH; m += 256u) setf(AT(m, m), A_, 0.0);  // the diagonal of M goes in after the row sums
   barrier();
 
-  // ---- over the chunk's rows m: the rest of dQ, dK; Yv = T^T dU, Yk = T^T dW ----
-  vec4 yv[HR4], yk[HR4];
-  [[unroll]] for (uint s = 0u; s < HR4; ++s) { yv[s] = vec4(0.0); yk[s] = vec4(0.0); }
-  for (uint m = 0u; m < k.L; ++m) {
-    const float km = k_at(k, m, r), qm = q_at(k, m, r);
-    const float dum = du_in[head_row(k, m) * D + r], dwm = dw[head_row(k, m) * D + r];
-    [[unroll]] for (uint s = 0u; s < HR4; ++s) {
-      const uint at = (m * CHP + i0) / 4u + s;
-      const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at], t = mT[at];
-      dq[s] = fma(mt, vec4(km), dq[s]);
-      dk[s] = fma(mr, vec4(qm), fma(ep, vec4(km), dk[s]));
-      dks[s] = fma(-mr, vec4(qm), fma(em, vec4(km), dks[s]));
-      yv[s] = fma(t, vec4(dum), yv[s]);
-      yk[s] = fma(t, vec4(dwm), yk[s]);
-    }
-  }
-  // ---- outputs, and the row sums of dlg and dbeta ----
-  float ra[HR], rb[HR];
-  [[unroll]] for (uint s = 0u; s < HR4; ++s)
-    [[unroll]] for (uint l = 0u; l < 4u; ++l) {
-      const uint i = i0 + 4u * s + l;
-      float a = 0.0, b2 = 0.0;
-      if (i < k.L) {
-        const float ki = k_at(k, i, r), qi = q_at(k, i, r), gi = exp(lg[i]);
-        const float kw = bet[i] * gi * yk[s][l];
-        const float dki = dk[s][l] + kw, dksi = dks[s][l] + kw;
-        a = qi * dq[s][l] + ki * dksi;
-        b2 = v_at(k, i, r) * yv[s][l] + gi * ki * yk[s][l];
-        const uint row = head_row(k, i);
-        rec[row * RW + r] = fma(mdiag[i], ki, dq[s][l]);
-        rec[row * RW + D + r] = fma(mdiag[i], qi, dki);
-        const uint bt = k.b * pc.t + k.t0 + i;
-        dy[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + r] = bet[i] * yv[s][l];
+  // ---- over the chunk's rows m: Yv = T^T dU, Yk = T^T dW; dv and dbeta's row terms ----
+  float ra[HR], rb[HR], kw[HR];  // row partials of dlg and dbeta; beta gamma Yk (a term of dK)
+  {
+    vec4 yv[HR4], yk[HR4];
+    [[unroll]] for (uint s = 0u; s < HR4; ++s) { yv[s] = vec4(0.0); yk[s] = vec4(0.0); }
+    for (uint m = 0u; m < k.L; ++m) {
+      const float dum = du_in[head_row(k, m) * D + r], dwm = dw[head_row(k, m) * D + r];
+      [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+        const vec4 t = mT[(m * CHP + i0) / 4u + s];
+        yv[s] = fma(t, vec4(dum), yv[s]);
+        yk[s] = fma(t, vec4(dwm), yk[s]);
       }
-      ra[4u * s + l] = subgroupAdd(a);
-      rb[4u * s + l] = subgroupAdd(b2);
     }
+    [[unroll]] for (uint s = 0u; s < HR4; ++s)
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+        const uint i = i0 + 4u * s + l;
+        float b2 = 0.0, w2 = 0.0;
+        if (i < k.L) {
+          const float ki = k_at(k, i, r), gi = exp(lg[i]);
+          w2 = bet[i] * gi * yk[s][l];
+          b2 = v_at(k, i, r) * yv[s][l] + gi * ki * yk[s][l];
+          const uint bt = k.b * pc.t + k.t0 + i;
+          dy[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + r] = bet[i] * yv[s][l];
+        }
+        kw[4u * s + l] = w2;
+        rb[4u * s + l] = subgroupAdd(b2);
+      }
+  }
+  // ---- over the chunk's rows m: the rest of dQ and dK; dlg's row terms ----
+  {
+    vec4 dq[HR4], dk[HR4], dks[HR4];  // dks: dK+ - dK- (for dlg)
+    [[unroll]] for (uint s = 0u; s < HR4; ++s) { dq[s] = vec4(0.0); dk[s] = vec4(0.0); dks[s] = vec4(0.0); }
+    for (uint m = 0u; m < k.L; ++m) {
+      const float km = k_at(k, m, r), qm = q_at(k, m, r);
+      [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+        const uint at = (m * CHP + i0) / 4u + s;
+        const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at];
+        dq[s] = fma(mt, vec4(km), dq[s]);
+        dk[s] = fma(mr, vec4(qm), fma(ep, vec4(km), dk[s]));
+        dks[s] = fma(-mr, vec4(qm), fma(em, vec4(km), dks[s]));
+      }
+    }
+    [[unroll]] for (uint s = 0u; s < HR4; ++s)
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+        const uint i = i0 + 4u * s + l;
+        float a = 0.0;
+        if (i < k.L) {
+          const float ki = k_at(k, i, r), qi = q_at(k, i, r);
+          const uint row = head_row(k, i);
+          const float dqi = dq[s][l] + rec[row * RW + r];
+          const float dk0 = rec[row * RW + D + r];  // the dK~ term: dK- (dks gets -dk0)
+          const float dki = dk[s][l] + dk0 + kw[4u * s + l], dksi = dks[s][l] - dk0 + kw[4u * s + l];
+          a = qi * dqi + ki * dksi;
+          rec[row * RW + r] = fma(mdiag[i], ki, dqi);
+          rec[row * RW + D + r] = fma(mdiag[i], qi, dki);
+        }
+        ra[4u * s + l] = subgroupAdd(a);
+      }
+  }
   extra = subgroupAdd(extra);
   // Subgroup partials meet in mC (free now): [quantity][row i][subgroup of the row half]
   const uint sub = r / SG;

@@ -1,6 +1,7 @@
 #version 460
 // Chunked backward, pass 1 of 3: one workgroup per (window b, v-head h, chunk c) builds the chunk's
-// intra-chunk operators (chunk.glsl): T = (I + A)^-1, W = T diag(beta gamma) K and P.
+// intra-chunk operators (chunk.glsl): T = (I + A)^-1 and W = T diag(beta gamma) K, and the part of
+// the gradient of the chunk's u rows that stays inside the chunk, P^T dO (chunk_dstate adds the rest).
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -9,7 +10,8 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T, nv, D]  rows of W
 layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
-layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
+layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
+layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] P^T dO
 
 #include "chunk.glsl"
 
@@ -18,6 +20,7 @@ const uint CHP = (CH + 7u) / 8u * 8u;  // rows padded to a multiple of 8 (as chu
 const uint HR = CHP / 2u;
 
 shared float sa[CH * CH];        // A [i][j]
+shared vec4 sp4[CH * CHP / 4u];  // P [m][i] (i contiguous)
 shared vec4 st4[CH * CHP / 4u];  // T^T [j][i] (i contiguous): W's loop reads 4 rows i at once
 shared vec4 tile4[2u * TILE * CHP / 4u];  // k^, q^ [operand][key dim][row i]
 
@@ -67,9 +70,11 @@ void main() {
           p = decay * qk[a][b2];
         }
         sa[i * CH + j] = av;
-        if (i < k.L) p_out[head_row(k, i) * CH + j] = p;
+        sp4[(i * CHP + j) / 4u][j % 4u] = p;
       }
   for (uint e = tid; e < CH * CHP / 4u; e += 256u) st4[e] = vec4(0.0);
+  for (uint e = tid; e < CH * CHP; e += 256u)
+    if (e % CHP >= CH) sp4[e / 4u][e % 4u] = 0.0;  // the padding columns
   barrier();
   // T row by row (forward substitution): T[i][m] = [i == m] - sum_{m <= j < i} A[i][j] T[j][m].
   for (uint i = 0u; i < CH; ++i) {
@@ -85,19 +90,27 @@ void main() {
     const uint i = e / CH, j = e % CH;
     if (i < k.L) t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
   }
-  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r]: invocation (r, half) owns rows half*HR ..
+  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r] and (P^T dO)[i][r] = sum_{m >= i} P[m][i] dO[m][r]:
+  // invocation (r, half) owns rows half*HR .. half*HR + HR-1 of column r.
   {
     const uint r = tid % D, i0 = (tid / D) * HR;
-    vec4 w[HR / 4u];
-    [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) w[s] = vec4(0.0);
+    vec4 w[HR / 4u], pd[HR / 4u];
+    [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) { w[s] = vec4(0.0); pd[s] = vec4(0.0); }
     for (uint j = 0u; j < k.L; ++j) {
       const float kj = bet[j] * exp(lg[j]) * k_at(k, j, r);
-      [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj), w[s]);
+      const float dj = do_in[head_row(k, j) * D + r];
+      [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) {
+        w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj), w[s]);
+        pd[s] = fma(sp4[(j * CHP + i0) / 4u + s], vec4(dj), pd[s]);
+      }
     }
     [[unroll]] for (uint s = 0u; s < HR / 4u; ++s)
       [[unroll]] for (uint l = 0u; l < 4u; ++l) {
         const uint i = i0 + 4u * s + l;
-        if (i < k.L) w_out[head_row(k, i) * D + r] = w[s][l];
+        if (i < k.L) {
+          w_out[head_row(k, i) * D + r] = w[s][l];
+          du_out[head_row(k, i) * D + r] = pd[s][l];
+        }
       }
   }
 }

@@ -116,10 +116,10 @@ namespace {
 // Shared memory of the chunked kernels (bytes), mirrored from their declarations.
 constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
-  return (2 * ch + ch * ch + ch * chp + 2 * 16 * chp) * 4;
+  return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
-  return (2 * ch + 32 * (kD + 1) + 2 * ch * 32 + ch * ch) * 4;
+  return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
@@ -140,8 +140,8 @@ std::string chunked_why_not(const DeviceInfo& info, std::uint32_t sg, std::uint3
 }
 
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch) {
-  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 6, chunk_prep_shared(ch), {sg, ch}),
-          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 8, chunk_dstate_shared(ch), {sg, ch}),
+  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 7, chunk_prep_shared(ch), {sg, ch}),
+          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 7, chunk_dstate_shared(ch), {sg, ch}),
           .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
           .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4)};
 }

@@ -95,13 +95,12 @@ struct BackwardState {
   // The chunked backward's (shaders/chunk.glsl); dqk holds its records [B, T, nv][258].
   std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
-  std::unique_ptr<gpu::Buffer> pm;   // [B, T, nv, CH] P
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, max(nch-1,1), D, D] grad of each chunk's end state
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &pm, &du, &dsc})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -252,7 +251,6 @@ struct LayerImpl {
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.w = buffer("W, dW per chunk", BT * nv * kD);
       bwd.tm = buffer("T per chunk", BT * nv * cs);
-      bwd.pm = buffer("P per chunk", BT * nv * cs);
       bwd.du = buffer("dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
     }
@@ -330,10 +328,11 @@ struct LayerImpl {
   // The chunked backward's three passes (shaders/chunk.glsl); the last is marked by the caller.
   void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
-    r.dispatch(*chunked.chunk_prep, {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.pm)}, pc, chunks);
+    r.dispatch(*chunked.chunk_prep,
+               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du)}, pc, chunks);
     r.mark("chunk_prep");
     r.dispatch(*chunked.chunk_dstate,
-               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.pm), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
+               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
                heads * kColumnBlocks);
     r.mark("chunk_dstate");
     r.dispatch(*chunked.chunk_grads,
