@@ -36,7 +36,7 @@ layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T
 #include "chunk.glsl"
 
 #define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
-#define TILE 16u  // columns (value or key dims) staged per round of the D-long products
+#define TILE 8u   // columns (value or key dims) staged per round of the D-long products
 // Rows i of the chunk padded to CHP (a multiple of 8): invocation (r, half) owns rows
 // half*HR .. half*HR + HR-1 of column r (HR a multiple of 4: vec4 reads of the [m][i] matrices), and
 // invocation (pi, pj) = (tid / 16, tid % 16) the 2 x 2 block of (i, j) pairs (2 pi .. 2 pi + 1, 2 pj ..).
@@ -49,33 +49,29 @@ const uint NSR = D / SG;  // subgroups per row half
 shared vec4 mT[CH * CHP / 4u];   // T[m][i]
 shared vec4 mA[CH * CHP / 4u];   // M[i][j] (j <= i), diagonal then removed: M[m][i] in the last phase
 shared vec4 mB[CH * CHP / 4u];   // G = K K^T; then Mt[m][i] = M[i][m]
-// dT; then F = dA * decay; at the end the row sums' subgroup partials [2][CH][NSR]
-const uint MC4 = CH * CHP > 2u * CH * NSR ? CH * CHP / 4u : 2u * CH * NSR / 4u;
-shared vec4 mC[MC4];
+shared vec4 mC[CH * CHP / 4u];   // dT; then F = dA * decay
 shared vec4 mD[CH * CHP / 4u];   // Ep[m][i] = beta_i F[i][m] + beta_m F[m][i]
 shared vec4 tile4[4u * TILE * CHP / 4u];  // staged operands [operand][column][row i]; then dT T^T; then Em
 shared float mdiag[CH], dbeta_a[CH], dlg[CH];
+shared float ra_acc[CH * NSR], rb_acc[CH * NSR];  // row partials of dlg, dbeta: [row i][subgroup of its half]
+
+// Adds x, summed over the subgroup (a share of row i's columns), to row i's partial in acc. Every
+// invocation calls it; the elected lane is the same each time, so one invocation owns each slot.
+#define ROW_ADD(acc, i, x)                                         \
+  {                                                                \
+    const float t_ = subgroupAdd(x);                               \
+    if (subgroupElect() && (i) < CH) acc[(i) * NSR + r / SG] += t_; \
+  }
 shared float red_extra[256u / 8u];
 
 #define AT(m, i) ((m) * CHP + (i))  // scalar index into a [m][i] matrix
-float getf(uint at, uint which) {
-  const uint v = at / 4u, l = at % 4u;
-  vec4 x;
-  if (which == 0u) x = mT[v]; else if (which == 1u) x = mA[v]; else if (which == 2u) x = mB[v];
-  else if (which == 3u) x = mC[v]; else if (which == 4u) x = mD[v]; else x = tile4[v];
-  return x[l];
-}
-void setf(uint at, uint which, float f) {
-  const uint v = at / 4u, l = at % 4u;
-  if (which == 0u) mT[v][l] = f; else if (which == 1u) mA[v][l] = f; else if (which == 2u) mB[v][l] = f;
-  else if (which == 3u) mC[v][l] = f; else if (which == 4u) mD[v][l] = f; else tile4[v][l] = f;
-}
-#define T_ 0u
-#define A_ 1u
-#define B_ 2u
-#define C_ 3u
-#define D_ 4u
-#define TILE_ 5u
+// Scalar element `at` of one of the vec4 matrices above.
+#define T_(at) mT[(at) / 4u][(at) % 4u]
+#define A_(at) mA[(at) / 4u][(at) % 4u]
+#define B_(at) mB[(at) / 4u][(at) % 4u]
+#define C_(at) mC[(at) / 4u][(at) % 4u]
+#define D_(at) mD[(at) / 4u][(at) % 4u]
+#define TILE_(at) tile4[(at) / 4u][(at) % 4u]
 
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
@@ -94,9 +90,10 @@ void main() {
   const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
   load_chunk_gates(k, tid);
   const float lgam = lg[CH - 1u];
+  for (uint e = tid; e < CH * NSR; e += 256u) { ra_acc[e] = 0.0; rb_acc[e] = 0.0; }
   for (uint e = tid; e < CH * CHP; e += 256u) {
     const uint m = e / CHP, i = e % CHP;
-    setf(e, T_, m < k.L && i < CH ? t_in[head_row(k, m) * CH + i] : 0.0);
+    T_(e) = m < k.L && i < CH ? t_in[head_row(k, m) * CH + i] : 0.0;
   }
 
   const uint r = tid % D, half_ = tid / D;
@@ -127,7 +124,7 @@ void main() {
         tile4[e / 4u][e % 4u] = x;
       }
       barrier();
-      for (uint cc = 0u; cc < TILE; ++cc) {
+      [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
         if (has_s0 || has_ds) {
           const float s0 = has_s0 ? ck[s0_at + (c0 + cc) * D + r] : 0.0;
           const float sd = has_ds ? dsc[ds_at + (c0 + cc) * D + r] : 0.0;
@@ -157,13 +154,19 @@ void main() {
     [[unroll]] for (uint s = 0u; s < HR4; ++s)
       [[unroll]] for (uint l = 0u; l < 4u; ++l) {
         const uint i = i0 + 4u * s + l;
-        if (i >= k.L) continue;
-        const float kt = exp(lgam - lg[i]) * x2[s][l];  // dK~ term
-        extra = fma(k_at(k, i, r), kt, extra);
-        const uint row = head_row(k, i);
-        rec[row * RW + r] = exp(lg[i]) * x1[s][l];
-        rec[row * RW + D + r] = kt;
-        dw[row * D + r] = w[s][l];
+        float a = 0.0;
+        if (i < k.L) {
+          const float ki = k_at(k, i, r);
+          const float kt = exp(lgam - lg[i]) * x2[s][l];  // the dK~ term (in dK-)
+          const float dq0 = exp(lg[i]) * x1[s][l];
+          extra = fma(ki, kt, extra);
+          a = q_at(k, i, r) * dq0 - ki * kt;
+          const uint row = head_row(k, i);
+          rec[row * RW + r] = dq0;
+          rec[row * RW + D + r] = kt;
+          dw[row * D + r] = w[s][l];
+        }
+        ROW_ADD(ra_acc, i, a)
       }
   }
   memoryBarrierBuffer();
@@ -183,7 +186,7 @@ void main() {
       }
       barrier();
       if (pair_ok)
-        for (uint cc = 0u; cc < TILE; ++cc) {
+        [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
           const uint ai = cc * CHP + 2u * pi, aj = cc * CHP + 2u * pj;
           const vec2 ki = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
           const vec2 dwi = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
@@ -207,56 +210,55 @@ void main() {
           dt = bet[j] * (duv[a][b2] + exp(lg[j]) * dwk[a][b2]);
           if (j <= i) m = exp(lg[i] - lg[j]) * dou[a][b2];
         }
-        setf(AT(i, j), B_, g);
-        setf(AT(i, j), A_, m);
-        setf(AT(i, j), C_, dt);
+        B_(AT(i, j)) = g;
+        A_(AT(i, j)) = m;
+        C_(AT(i, j)) = dt;
       }
   barrier();
   // ---- dA = -T^T dT T^T: Z = dT T^T (into tile4), then F = -(T^T Z) * decay, strictly lower ----
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float z = 0.0;
-    for (uint m = 0u; m < CH; ++m) z = fma(getf(AT(i, m), C_), getf(AT(j, m), T_), z);
-    setf(AT(i, j), TILE_, z);
+    for (uint m = 0u; m < CH; ++m) z = fma(C_(AT(i, m)), T_(AT(j, m)), z);
+    TILE_(AT(i, j)) = z;
   }
   barrier();
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float f = 0.0;
     if (j < i && i < k.L) {
-      for (uint m = 0u; m < CH; ++m) f = fma(getf(AT(m, i), T_), getf(AT(m, j), TILE_), f);
+      for (uint m = 0u; m < CH; ++m) f = fma(T_(AT(m, i)), TILE_(AT(m, j)), f);
       f = -f * exp(lg[i] - lg[j]);
     }
-    setf(AT(i, j), C_, f);
+    C_(AT(i, j)) = f;
   }
   barrier();
   // ---- dbeta's A term; the coefficient matrices of the last phase, [m][i] ----
   if (tid < CH) {
     float x = 0.0;
-    for (uint j = 0u; j < tid; ++j) x = fma(getf(AT(tid, j), C_), getf(AT(tid, j), B_), x);
+    for (uint j = 0u; j < tid; ++j) x = fma(C_(AT(tid, j)), B_(AT(tid, j)), x);
     dbeta_a[tid] = x;
-    mdiag[tid] = getf(AT(tid, tid), A_);
+    mdiag[tid] = A_(AT(tid, tid));
   }
   barrier();
   for (uint e = tid; e < CH * CHP; e += 256u) {
     const uint m = e / CHP, i = e % CHP;
     float mt = 0.0, ep = 0.0, em = 0.0;
     if (i < CH && i != m) {
-      mt = getf(AT(i, m), A_);
-      const float e1 = bet[i] * getf(AT(i, m), C_), e2 = bet[m] * getf(AT(m, i), C_);
+      mt = A_(AT(i, m));
+      const float e1 = bet[i] * C_(AT(i, m)), e2 = bet[m] * C_(AT(m, i));
       ep = e1 + e2;
       em = e1 - e2;
     }
-    setf(e, B_, mt);
-    setf(e, D_, ep);
-    setf(e, TILE_, em);
+    B_(e) = mt;
+    D_(e) = ep;
+    TILE_(e) = em;
   }
   barrier();
-  for (uint m = tid; m < CH; m += 256u) setf(AT(m, m), A_, 0.0);  // the diagonal of M goes in after the row sums
+  for (uint m = tid; m < CH; m += 256u) A_(AT(m, m)) = 0.0;  // the diagonal of M goes in after the row sums
   barrier();
 
   // ---- over the chunk's rows m: Yv = T^T dU, Yk = T^T dW; dv and dbeta's row terms ----
-  float ra[HR], rb[HR], kw[HR];  // row partials of dlg and dbeta; beta gamma Yk (a term of dK)
   {
     vec4 yv[HR4], yk[HR4];
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { yv[s] = vec4(0.0); yk[s] = vec4(0.0); }
@@ -271,19 +273,21 @@ void main() {
     [[unroll]] for (uint s = 0u; s < HR4; ++s)
       [[unroll]] for (uint l = 0u; l < 4u; ++l) {
         const uint i = i0 + 4u * s + l;
-        float b2 = 0.0, w2 = 0.0;
+        float a = 0.0, b2 = 0.0;
         if (i < k.L) {
           const float ki = k_at(k, i, r), gi = exp(lg[i]);
-          w2 = bet[i] * gi * yk[s][l];
+          const float kw = bet[i] * gi * yk[s][l];  // the W term of dK (in dK+)
+          a = ki * kw;
           b2 = v_at(k, i, r) * yv[s][l] + gi * ki * yk[s][l];
-          const uint bt = k.b * pc.t + k.t0 + i;
+          const uint row = head_row(k, i), bt = k.b * pc.t + k.t0 + i;
+          rec[row * RW + D + r] += kw;
           dy[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + r] = bet[i] * yv[s][l];
         }
-        kw[4u * s + l] = w2;
-        rb[4u * s + l] = subgroupAdd(b2);
+        ROW_ADD(ra_acc, i, a)
+        ROW_ADD(rb_acc, i, b2)
       }
   }
-  // ---- over the chunk's rows m: the rest of dQ and dK; dlg's row terms ----
+  // ---- over the chunk's rows m: the rest of dQ and dK (M, E terms) ----
   {
     vec4 dq[HR4], dk[HR4], dks[HR4];  // dks: dK+ - dK- (for dlg)
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { dq[s] = vec4(0.0); dk[s] = vec4(0.0); dks[s] = vec4(0.0); }
@@ -303,35 +307,21 @@ void main() {
         float a = 0.0;
         if (i < k.L) {
           const float ki = k_at(k, i, r), qi = q_at(k, i, r);
+          a = qi * dq[s][l] + ki * dks[s][l];
           const uint row = head_row(k, i);
-          const float dqi = dq[s][l] + rec[row * RW + r];
-          const float dk0 = rec[row * RW + D + r];  // the dK~ term: dK- (dks gets -dk0)
-          const float dki = dk[s][l] + dk0 + kw[4u * s + l], dksi = dks[s][l] - dk0 + kw[4u * s + l];
-          a = qi * dqi + ki * dksi;
-          rec[row * RW + r] = fma(mdiag[i], ki, dqi);
-          rec[row * RW + D + r] = fma(mdiag[i], qi, dki);
+          rec[row * RW + r] += fma(mdiag[i], ki, dq[s][l]);
+          rec[row * RW + D + r] += fma(mdiag[i], qi, dk[s][l]);
         }
-        ra[4u * s + l] = subgroupAdd(a);
+        ROW_ADD(ra_acc, i, a)
       }
   }
   extra = subgroupAdd(extra);
-  // Subgroup partials meet in mC (free now): [quantity][row i][subgroup of the row half]
-  const uint sub = r / SG;
-  if (subgroupElect()) {
-    [[unroll]] for (uint s = 0u; s < HR; ++s) {
-      const uint i = i0 + s;
-      if (i < CH) {
-        setf(i * NSR + sub, C_, ra[s]);
-        setf((CH + i) * NSR + sub, C_, rb[s]);
-      }
-    }
-    red_extra[gl_SubgroupID] = extra;
-  }
+  if (subgroupElect()) red_extra[gl_SubgroupID] = extra;
   barrier();
   if (tid < CH) {
     float x = 0.0;
     if (tid < k.L)
-      for (uint p = 0u; p < NSR; ++p) x += getf(tid * NSR + p, C_);
+      for (uint p = 0u; p < NSR; ++p) x += ra_acc[tid * NSR + p];
     if (tid == CH - 1u)
       for (uint p = 0u; p < gl_NumSubgroups; ++p) x += red_extra[p];
     dlg[tid] = x;
@@ -342,7 +332,7 @@ void main() {
     float dlogg = 0.0;
     for (uint m = i; m < CH; ++m) dlogg += dlg[m];
     float db = dbeta_a[i];
-    for (uint p = 0u; p < NSR; ++p) db += getf((CH + i) * NSR + p, C_);
+    for (uint p = 0u; p < NSR; ++p) db += rb_acc[i * NSR + p];
     const uint row = head_row(k, i);
     rec[row * RW + 2u * D] = dlogg;
     rec[row * RW + 2u * D + 1u] = db;
