@@ -113,7 +113,7 @@ void main() {
     for (uint c0 = 0u; c0 < D; c0 += TILE) {
       barrier();
       for (uint e = tid; e < 4u * TILE * CHP; e += 256u) {
-        const uint which = e / (TILE * CHP), col = c0 + (e / CHP) % TILE, i = e % CHP;
+        const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, col = c0 + e % TILE;  // reads along rows
         float x = 0.0;
         if (i < k.L) {
           if (which == 0u) x = do_in[head_row(k, i) * D + col];
@@ -121,7 +121,8 @@ void main() {
           else if (which == 2u) x = u_at(k, i, col);
           else x = v_at(k, i, col);
         }
-        tile4[e / 4u][e % 4u] = x;
+        const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][column][row]
+        tile4[at / 4u][at % 4u] = x;
       }
       barrier();
       [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
@@ -179,10 +180,11 @@ void main() {
     for (uint r0 = 0u; r0 < D; r0 += TILE) {
       barrier();
       for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
-        const uint which = e / (TILE * CHP), rr = r0 + (e / CHP) % TILE, i = e % CHP;
+        const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, rr = r0 + e % TILE;  // reads along rows
         float x = 0.0;
         if (i < k.L) x = which == 0u ? k_at(k, i, rr) : dw[head_row(k, i) * D + rr];
-        tile4[e / 4u][e % 4u] = x;
+        const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][column][row]
+        tile4[at / 4u][at % 4u] = x;
       }
       barrier();
       if (pair_ok)

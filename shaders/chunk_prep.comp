@@ -42,8 +42,9 @@ void main() {
   for (uint r0 = 0u; r0 < D; r0 += TILE) {
     barrier();
     for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
-      const uint which = e / (TILE * CHP), r = r0 + (e / CHP) % TILE, i = e % CHP;
-      tile4[e / 4u][e % 4u] = i < k.L ? (which == 0u ? k_at(k, i, r) : q_at(k, i, r)) : 0.0;
+      const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, r = r0 + e % TILE;  // reads along rows
+      const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][key dim][row]
+      tile4[at / 4u][at % 4u] = i < k.L ? (which == 0u ? k_at(k, i, r) : q_at(k, i, r)) : 0.0;
     }
     barrier();
     if (pair_ok)
