@@ -196,17 +196,20 @@ TEST_F(Cli, RunCreatesNestedOutDirAndOverwrites) {
   EXPECT_EQ(read_out("out").shape, (Shape{2, 5, 256}));
 }
 
-TEST_F(Cli, RunSubgroupVariantRunsOrFailsCleanly) {
-  // Either the device builds the subgroup kernels and the run succeeds, or the run fails with
-  // exit 1 (a device limit, not the caller's input) and writes nothing.
-  put_all(false);
-  const Result r = gdn_cli(run_args({"--variant", "subgroup"}));
-  if (r.rc == 0) {
-    EXPECT_EQ(read_out("out").shape, (Shape{2, 5, 256}));
-  } else {
-    EXPECT_EQ(r.rc, 1) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("subgroup"));
-    EXPECT_TRUE(out_is_empty());
+TEST_F(Cli, RunSubgroupVariantsRunOrFailCleanly) {
+  // Either the device builds the kernels and the run succeeds, or the run fails with exit 1 (a
+  // device limit, not the caller's input) and writes nothing.
+  for (const char* variant : {"subgroup", "chunked"}) {
+    put_all(true);
+    const Result r = gdn_cli(run_args({"--backward", "--variant", variant}));
+    if (r.rc == 0) {
+      EXPECT_EQ(read_out("out").shape, (Shape{2, 5, 256}));
+      EXPECT_EQ(read_out("da").shape, (Shape{2, 5, 2}));
+    } else {
+      EXPECT_EQ(r.rc, 1) << r.err;
+      EXPECT_THAT(r.err, HasSubstr(variant));
+      EXPECT_TRUE(out_is_empty());
+    }
   }
 }
 
@@ -418,15 +421,16 @@ TEST_F(Cli, Help) {
   EXPECT_THAT(none.err, HasSubstr("usage: gdn"));
 }
 
-// `gdn bench` at a tiny shape, both variants: the table, the per-kernel rows, the tape report and the
+// `gdn bench` at a tiny shape, every variant: the table, the per-kernel rows, the tape report and the
 // JSON file. (Its times on lavapipe mean nothing; that it runs end to end and reports does.)
 TEST_F(Cli, BenchRunsAndWritesJson) {
-  for (const char* variant : {"per-head", "subgroup"}) {
+  for (const char* variant : {"per-head", "subgroup", "chunked"}) {
     const fs::path json = dir / (std::string(variant) + ".json");
     const Result r = gdn_cli({"bench", "--batch", "1", "--tokens", "9", "--nv", "2", "--nk", "1", "--ckpt", "4",
                               "--repeats", "2", "--warmup", "1", "--variant", variant, "--json", json.string()});
     ASSERT_EQ(r.rc, 0) << r.err;
-    const std::string rec = std::string(variant) == "subgroup" ? "rec_bwd2" : "rec_bwd";
+    const std::string v = variant;
+    const std::string rec = v == "subgroup" ? "rec_bwd2" : (v == "chunked" ? "chunk_grads" : "rec_bwd");
     EXPECT_THAT(r.out, AllOf(HasSubstr("forward (no tape)"), HasSubstr("forward (tape)"), HasSubstr("backward"),
                              HasSubstr(rec), HasSubstr("conv_fwd"), HasSubstr("ceilings measured in this run"),
                              HasSubstr("tape:"), HasSubstr("checkpoints"), HasSubstr(std::string("variant ") + variant)));

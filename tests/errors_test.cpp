@@ -130,7 +130,21 @@ TEST_F(Errors, SubgroupRefusesAnIntervalOverSharedMemory) {
   EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::PerHead);
 }
 
+// The chunked family takes chunks of 1 to 32 tokens (the checkpoint interval): 33 is refused at
+// construction with the range, and 32 is built.
+TEST_F(Errors, ChunkedRefusesAChunkOver32) {
+  Config cfg = kCfg;
+  cfg.variant = Variant::Chunked;
+  cfg.checkpoint_interval = 33;
+  EXPECT_THAT(message_of<Error>([&] { Layer(context(), cfg, random_params(cfg, 1)); }),
+              AllOf(HasSubstr("chunked kernels cannot run"), HasSubstr("33"), HasSubstr("1 to 32")));
+  cfg.checkpoint_interval = 32;
+  EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::Chunked);
+}
+
 TEST_F(Errors, VariantNames) {
+  EXPECT_EQ(parse_variant("chunked"), Variant::Chunked);
+  EXPECT_EQ(to_string(Variant::Chunked), "chunked");
   EXPECT_EQ(parse_variant("per-head"), Variant::PerHead);
   EXPECT_EQ(parse_variant("subgroup"), Variant::Subgroup);
   EXPECT_EQ(parse_variant("auto"), Variant::Auto);
