@@ -6,7 +6,8 @@
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
 // dU and the chunk's dS (before the update) leave for chunk_grads, which does the rest in parallel.
-// The chunk's rows pass through shared memory SUB at a time, each staged with one round of loads.
+// The chunk's rows pass through shared memory SUB at a time (a round), each round's operands loaded
+// during the round before.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -23,12 +24,38 @@ layout(set = 0, binding = 6) writeonly buffer Dsc { float dsc[]; };     // [B, n
 
 #define COLS 32u      // state columns per workgroup
 #define NWG 4u        // workgroups per (window, head)
-#define SUB 8u        // chunk rows per staged round
+#define SUB 8u        // chunk rows per round: SUB * D/4 = SUB * COLS = 256, one vec4 and one float per invocation
 #define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
 
 shared float ds[COLS * DSP];  // dS [column j][row r]
 shared vec4 sk[SUB * D / 4u], sq[SUB * D / 4u], sw[SUB * D / 4u];  // k^, gamma q^, W [row i][r/4]
 shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [row i][column j/4]
+
+// One thread's share of a round's operands, loaded a round ahead (software pipelining: the loads of
+// the next round are in flight while this one computes).
+struct Round {
+  vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = 256)
+  float dO, pdo; // dO and P^T dO of row tid / COLS, column tid % COLS
+};
+
+Round fetch(Chunk k, uint i0, uint tid, uint blk) {
+  Round f;
+  f.k = vec4(0.0); f.q = vec4(0.0); f.w = vec4(0.0); f.dO = 0.0; f.pdo = 0.0;
+  const uint i = i0 + tid / (D / 4u), r4 = tid % (D / 4u);
+  if (i < k.L) {
+    const uint bt = k.b * pc.t + k.t0 + i;
+    f.k = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
+    f.q = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
+    f.w = w4[head_row(k, i) * (D / 4u) + r4];
+  }
+  const uint iu = i0 + tid / COLS;
+  if (iu < k.L) {
+    const uint g = head_row(k, iu) * D + blk * COLS + tid % COLS;
+    f.dO = do_in[g];
+    f.pdo = du[g];
+  }
+  return f;
+}
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -39,7 +66,8 @@ void main() {
   const uint slots = max(nch, 2u) - 1u;
   for (uint e = tid; e < COLS * DSP; e += 256u) ds[e] = 0.0;
   const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
-  const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the staged rows
+  const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
+  Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
 
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
@@ -57,42 +85,31 @@ void main() {
 
     for (uint i0 = 0u; i0 < k.L; i0 += SUB) {
       barrier();  // the previous round's readers are done
-      for (uint e = tid; e < SUB * D / 4u; e += 256u) {
-        const uint i = i0 + e / (D / 4u), r4 = e % (D / 4u);
-        vec4 kv = vec4(0.0), qv = vec4(0.0), wv = vec4(0.0);
-        if (i < k.L) {
-          const uint bt = k.b * pc.t + k.t0 + i;
-          kv = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
-          qv = exp(lg[i]) * qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
-          wv = w4[head_row(k, i) * (D / 4u) + r4];
-        }
-        sk[e] = kv;
-        sq[e] = qv;
-        sw[e] = wv;
-      }
-      for (uint e = tid; e < SUB * COLS; e += 256u) {
-        const uint i = i0 + e / COLS;
-        sdo[e / 4u][e % 4u] = i < k.L ? do_in[head_row(k, i) * D + blk * COLS + e % COLS] : 0.0;
-      }
+      const Round cur = next;
+      sk[tid] = cur.k;
+      sq[tid] = exp(lg[min(i0 + tid / (D / 4u), CH - 1u)]) * cur.q;
+      sw[tid] = cur.w;
+      sdo[tid / 4u][tid % 4u] = cur.dO;
+      if (i0 + SUB < k.L) next = fetch(k, i0 + SUB, tid, blk);
+      else if (k.c > 0u) next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), 0u, tid, blk);
       barrier();
       // dU[i][j] = (P^T dO)[i][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
-      for (uint il = iu; il < SUB; il += 256u / COLS) {
-        const uint i = i0 + il;
+      {
+        const uint i = i0 + iu;
         float x = 0.0;
         if (i < k.L) {
           float a = 0.0;
           for (uint r4 = 0u; r4 < D / 4u; ++r4) {
             const uint at = ju * DSP + 4u * r4;
-            a += dot(sk[il * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]));
+            a += dot(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]));
           }
-          const uint g = head_row(k, i) * D + blk * COLS + ju;
-          x = du[g] + exp(lgam - lg[i]) * a;
-          du[g] = x;
+          x = cur.pdo + exp(lgam - lg[i]) * a;
+          du[head_row(k, i) * D + blk * COLS + ju] = x;
         }
-        sdu[(il * COLS + ju) / 4u][ju % 4u] = x;
+        sdu[tid / 4u][tid % 4u] = x;
       }
       barrier();
-      // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the staged rows
+      // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows
       for (uint il = 0u; il < SUB; ++il) {
         const float qv = sq[il * (D / 4u) + r / 4u][r % 4u];
         const float wv = sw[il * (D / 4u) + r / 4u][r % 4u];
