@@ -26,7 +26,7 @@ namespace {
 
 struct Options {
   int B = 0, T = 0, nv = 0, nk = 0, K = 4;  // 0: the device's default shape
-  int ckpt = 8;
+  int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
@@ -120,7 +120,8 @@ std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--repeats N] [--warmup N] [--json FILE]\n"
          "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
-         "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n";
+         "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
+         "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -205,7 +206,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     out << "gdn bench: " << dev.name << " (" << dev.type << ", Vulkan " << dev.api_version << ", " << dev.driver
         << ")\n"
         << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
-        << ", D " << kHeadDim << "; checkpoint interval " << cfg.checkpoint_interval << "; variant "
+        << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
         << to_string(layer.variant()) << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";
@@ -218,7 +219,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     js << "{\n  \"device\": \"" << dev.name << "\", \"driver\": \"" << dev.driver << "\", \"vulkan\": \""
        << dev.api_version << "\",\n  \"shape\": {\"B\": " << B << ", \"T\": " << T << ", \"nv\": " << cfg.nv
        << ", \"nk\": " << cfg.nk << ", \"K\": " << cfg.conv_taps << ", \"D\": " << kHeadDim
-       << "}, \"checkpoint_interval\": " << cfg.checkpoint_interval << ", \"variant\": \"" << to_string(layer.variant())
+       << "}, \"checkpoint_interval\": " << layer.config().checkpoint_interval << ", \"variant\": \"" << to_string(layer.variant())
        << "\", \"repeats\": " << o.repeats << ",\n  \"copy_gb_per_s\": " << peaks.copy_gb_per_s
        << ", \"fma_gflop_per_s\": " << peaks.fma_gflop_per_s << ",\n  \"passes\": [\n";
     double step_ms = 0, step_floor_bw = 0, step_floor_fl = 0;

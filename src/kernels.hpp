@@ -57,6 +57,10 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_grads, qk_bwd;
 };
+/// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
+/// per-head families, the chunk length of the chunked one.
+inline constexpr int kDefaultInterval = 8;
+inline constexpr int kDefaultChunk = 16;
 /// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows).
 inline constexpr std::uint32_t kMaxChunk = 32;
 /// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.

@@ -155,8 +155,9 @@ struct LayerImpl {
       throw std::invalid_argument("config: nv = " + std::to_string(cfg.nv) + " is not a multiple of nk = " +
                                   std::to_string(cfg.nk) + " (each key head serves nv/nk value heads)");
     if (cfg.conv_taps < 1) throw std::invalid_argument("config: conv_taps = " + std::to_string(cfg.conv_taps) + ", expected >= 1");
-    if (cfg.checkpoint_interval < 1)
-      throw std::invalid_argument("config: checkpoint_interval = " + std::to_string(cfg.checkpoint_interval) + ", expected >= 1");
+    if (cfg.checkpoint_interval < 0)
+      throw std::invalid_argument("config: checkpoint_interval = " + std::to_string(cfg.checkpoint_interval) +
+                                  ", expected >= 1 (or 0: the kernel family's default)");
     if (!(cfg.rms_eps >= 0)) throw std::invalid_argument("config: rms_eps must be >= 0");
     const std::size_t C = cfg.channels(), K = cfg.conv_taps, nv = cfg.nv;
     expect_size("conv", p.conv.size(), C * K, "[C, K] = [" + std::to_string(C) + ", " + std::to_string(K) + "]");
@@ -165,32 +166,36 @@ struct LayerImpl {
     expect_size("norm", p.norm.size(), kD, "[D] = [128]");
   }
 
-  // Sets variant (Auto resolved) and, for the column-split and chunked families, subgroup_size.
+  // Sets variant (Auto resolved), cfg.checkpoint_interval (0 resolved) and, for the column-split
+  // and chunked families, subgroup_size.
   void resolve_variant(Variant v) {
-    variant = Variant::PerHead;
-    if (v == Variant::PerHead) return;
-    auto choice = choose_subgroup_size(dev.info());
-    if (v == Variant::Chunked) {
-      if (choice.size) choice.why_not = chunked_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
-      if (!choice.size || !choice.why_not.empty())
-        throw Error("the chunked kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
-                    "; use another variant (--variant subgroup, per-head or auto)");
-      variant = Variant::Chunked;
-      subgroup_size = choice.size;
-      return;
+    const int asked = cfg.checkpoint_interval;
+    auto interval_for = [&](Variant f) { return asked ? asked : (f == Variant::Chunked ? kDefaultChunk : kDefaultInterval); };
+    const auto choice = choose_subgroup_size(dev.info());
+    // Empty where family f can run here, else why not.
+    auto why_not = [&](Variant f) -> std::string {
+      if (!choice.size) return choice.why_not;
+      const auto cs = std::uint32_t(interval_for(f));
+      return f == Variant::Chunked ? chunked_why_not(dev.info(), choice.size, cs)
+                                   : subgroup_backward_why_not(dev.info(), choice.size, cs);
+    };
+    auto take = [&](Variant f) {
+      variant = f;
+      cfg.variant = f;
+      cfg.checkpoint_interval = interval_for(f);
+      if (f != Variant::PerHead) subgroup_size = choice.size;
+    };
+    if (v == Variant::PerHead) return take(Variant::PerHead);
+    for (Variant f : {Variant::Chunked, Variant::Subgroup}) {
+      if (v != Variant::Auto && v != f) continue;
+      const std::string reason = why_not(f);
+      if (reason.empty()) return take(f);
+      if (v == f)
+        throw Error("the " + std::string(to_string(f)) + " kernels cannot run on '" + dev.info().name + "': " + reason +
+                    "; use another variant (--variant " + (f == Variant::Chunked ? "subgroup" : "chunked") +
+                    ", per-head or auto)");
     }
-    if (choice.size) {
-      // The longest segment a call can have is the configured interval (shorter windows: T).
-      choice.why_not = subgroup_backward_why_not(dev.info(), choice.size, std::uint32_t(cfg.checkpoint_interval));
-      if (choice.why_not.empty()) {
-        variant = Variant::Subgroup;
-        subgroup_size = choice.size;
-        return;
-      }
-    }
-    if (v == Variant::Subgroup)
-      throw Error("the subgroup kernels cannot run on '" + dev.info().name + "': " + choice.why_not +
-                  "; use Variant::PerHead (--variant per-head) or Auto");
+    take(Variant::PerHead);
   }
 
   Tensor upload(std::vector<std::int64_t> shape, const char* name, const std::vector<float>& data) {

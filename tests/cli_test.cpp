@@ -404,7 +404,8 @@ TEST_F(Cli, Info) {
                            HasSubstr("max shared memory"), HasSubstr("device-local heaps"),
                            HasSubstr("timestamps")));
   EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("auto runs                  per-head"),
-                                      HasSubstr("auto runs                  subgroup")));
+                                      HasSubstr("auto runs                  subgroup"),
+                                      HasSubstr("auto runs                  chunked")));
   EXPECT_EQ(gdn_cli({"info", "--bogus"}).rc, 2);
 }
 

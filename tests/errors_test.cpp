@@ -37,7 +37,7 @@ TEST_F(Errors, ConfigNvNotMultipleOfNk) {
 
 TEST_F(Errors, ConfigZeroSizes) {
   for (auto mutate : {+[](Config& c) { c.nv = 0; }, +[](Config& c) { c.nk = 0; }, +[](Config& c) { c.conv_taps = 0; },
-                      +[](Config& c) { c.checkpoint_interval = 0; }}) {
+                      +[](Config& c) { c.checkpoint_interval = -1; }}) {
     Config cfg = kCfg;
     mutate(cfg);
     EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); }),
@@ -140,6 +140,19 @@ TEST_F(Errors, ChunkedRefusesAChunkOver32) {
               AllOf(HasSubstr("chunked kernels cannot run"), HasSubstr("33"), HasSubstr("1 to 32")));
   cfg.checkpoint_interval = 32;
   EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::Chunked);
+}
+
+// An interval of 0 takes the family's default, which config() reports with the family that runs.
+TEST_F(Errors, DefaultIntervalResolves) {
+  Config cfg = kCfg;
+  cfg.checkpoint_interval = 0;
+  for (Variant v : {Variant::PerHead, Variant::Auto}) {
+    cfg.variant = v;
+    const Layer layer(context(), cfg, random_params(cfg, 1));
+    EXPECT_NE(layer.config().variant, Variant::Auto);
+    EXPECT_EQ(layer.config().variant, layer.variant());
+    EXPECT_EQ(layer.config().checkpoint_interval, layer.variant() == Variant::Chunked ? 16 : 8);
+  }
 }
 
 TEST_F(Errors, VariantNames) {

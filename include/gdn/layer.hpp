@@ -21,7 +21,7 @@ inline constexpr int kHeadDim = 128;
 
 /// Which kernel family runs the recurrence.
 enum class Variant {
-  Auto,      // subgroup where the device has subgroup shuffles, else per-head
+  Auto,      // the first that the device can run: chunked, subgroup, per-head
   Subgroup,  // column-split: four workgroups per head, 32 state columns each, subgroup reductions
   PerHead,   // one workgroup per (window, head), reductions through shared memory
   Chunked,   // the subgroup forward; a chunked backward (chunks of checkpoint_interval <= 32 tokens)
@@ -36,8 +36,9 @@ struct Config {
   int nk = 16;                   // key heads; nv % nk == 0
   int conv_taps = 4;             // K
   float rms_eps = 1e-6f;         // eps of the gated RMSNorm
-  int checkpoint_interval = 8;   // steps per replay segment of the backward (memory vs. recompute);
-                                 // Variant::Chunked: the chunk length, 1 .. 32
+  int checkpoint_interval = 0;   // tokens between state checkpoints: the subgroup and per-head
+                                 // backward's replay segment; the chunked family's chunk length
+                                 // (1 .. 32). 0: the family's default (8; chunked: 16)
   Variant variant = Variant::Auto;
 
   int channels() const { return (2 * nk + nv) * kHeadDim; }  // C: q heads | k heads | v heads
@@ -119,6 +120,7 @@ class Layer {
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
+  /// The config, with Auto and a default checkpoint interval resolved to what runs.
   const Config& config() const;
   /// The variant that runs (Auto resolved).
   Variant variant() const;

@@ -51,8 +51,8 @@ const char* const kRunUsage =
     "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
     "  --backward        also compute the gradients for dout.npy\n"
     "  --eps E           epsilon of the gated RMSNorm (default 1e-6, >= 0)\n"
-    "  --ckpt N          steps per checkpoint segment of the backward (default 8, >= 1;\n"
-    "                    the chunked variant: its chunk length, <= 32)\n"
+    "  --ckpt N          tokens between state checkpoints (>= 1; the chunked variant's chunk\n"
+    "                    length, <= 32); default: the variant's (8; chunked 16)\n"
     "  --variant V       kernel family: auto (default), subgroup, per-head or chunked\n"
     "Exit status: 0 done, 2 bad flags or inputs (nothing written), 1 device or I/O failure.\n";
 
@@ -187,7 +187,7 @@ struct RunOptions {
   fs::path in, out;
   bool backward = false;
   float eps = 1e-6f;
-  int ckpt = 8;
+  int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
 };
 
