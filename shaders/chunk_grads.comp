@@ -79,6 +79,28 @@ float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward ma
 }
 float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col]; }
 
+// The staged operands: element e of a round is (operand, row i, column c0 + e % TILE), read along
+// rows (coalesced) and stored [operand][column][row] (rows contiguous: vec4 reads of 4 rows).
+// Each invocation holds PRE of a round's elements, loaded one round ahead (software pipelining).
+#define PRE 4u  // 4 * TILE * CHP / 256 at CH = 32
+uint staged_at(uint e) { return (e / (TILE * CHP) * TILE + e % TILE) * CHP + (e / TILE) % CHP; }
+
+// Round c0 of the value-dim products: dO, dU, U, V.
+float value_operand(Chunk k, uint c0, uint e) {
+  const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, col = c0 + e % TILE;
+  if (i >= k.L) return 0.0;
+  if (which == 0u) return do_in[head_row(k, i) * D + col];
+  if (which == 1u) return du_in[head_row(k, i) * D + col];
+  if (which == 2u) return u_at(k, i, col);
+  return v_at(k, i, col);
+}
+// Round r0 of the key-dim products: k^, dW.
+float key_operand(Chunk k, uint r0, uint e) {
+  const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, rr = r0 + e % TILE;
+  if (i >= k.L) return 0.0;
+  return which == 0u ? k_at(k, i, rr) : dw[head_row(k, i) * D + rr];
+}
+
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint wg = linear_group();  // (b*nv + h)*nch + c
@@ -110,20 +132,16 @@ void main() {
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
     const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
     const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
+    float pre[PRE];
+    [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, 0u, tid + 256u * q);
     for (uint c0 = 0u; c0 < D; c0 += TILE) {
       barrier();
-      for (uint e = tid; e < 4u * TILE * CHP; e += 256u) {
-        const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, col = c0 + e % TILE;  // reads along rows
-        float x = 0.0;
-        if (i < k.L) {
-          if (which == 0u) x = do_in[head_row(k, i) * D + col];
-          else if (which == 1u) x = du_in[head_row(k, i) * D + col];
-          else if (which == 2u) x = u_at(k, i, col);
-          else x = v_at(k, i, col);
-        }
-        const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][column][row]
-        tile4[at / 4u][at % 4u] = x;
+      [[unroll]] for (uint q = 0u; q < PRE; ++q) {
+        const uint e = tid + 256u * q;
+        if (e < 4u * TILE * CHP) tile4[staged_at(e) / 4u][staged_at(e) % 4u] = pre[q];
       }
+      if (c0 + TILE < D)
+        [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, c0 + TILE, tid + 256u * q);
       barrier();
       [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
         if (has_s0 || has_ds) {
@@ -171,21 +189,23 @@ void main() {
       }
   }
   memoryBarrierBuffer();
+  barrier();  // dW is written: the key-dim products read it
 
   // ---- over the key dims r: the pair dots G = <k_i, k_j>, <dW_i, k_j> ----
   vec2 gkk[2], dwk[2];
   gkk[0] = vec2(0.0); gkk[1] = vec2(0.0); dwk[0] = vec2(0.0); dwk[1] = vec2(0.0);
   {
     const uint OP = TILE * CHP / 4u;
+    float pre[PRE / 2u];
+    [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) pre[q] = key_operand(k, 0u, tid + 256u * q);
     for (uint r0 = 0u; r0 < D; r0 += TILE) {
       barrier();
-      for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
-        const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, rr = r0 + e % TILE;  // reads along rows
-        float x = 0.0;
-        if (i < k.L) x = which == 0u ? k_at(k, i, rr) : dw[head_row(k, i) * D + rr];
-        const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][column][row]
-        tile4[at / 4u][at % 4u] = x;
+      [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) {
+        const uint e = tid + 256u * q;
+        if (e < 2u * TILE * CHP) tile4[staged_at(e) / 4u][staged_at(e) % 4u] = pre[q];
       }
+      if (r0 + TILE < D)
+        [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) pre[q] = key_operand(k, r0 + TILE, tid + 256u * q);
       barrier();
       if (pair_ok)
         [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
