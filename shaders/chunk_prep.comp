@@ -24,6 +24,15 @@ shared vec4 sp4[CH * CHP / 4u];  // P [m][i] (i contiguous)
 shared vec4 st4[CH * CHP / 4u];  // T^T [j][i] (i contiguous): W's loop reads 4 rows i at once
 shared vec4 tile4[2u * TILE * CHP / 4u];  // k^, q^ [operand][key dim][row i]
 
+// Staged element e of round r0: (operand k^ or q^, row i, key dim r0 + e % TILE), read along rows
+// (coalesced), stored [operand][key dim][row] (rows contiguous); loaded one round ahead.
+uint staged_at(uint e) { return (e / (TILE * CHP) * TILE + e % TILE) * CHP + (e / TILE) % CHP; }
+float key_operand(Chunk k, uint r0, uint e) {
+  const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, r = r0 + e % TILE;
+  if (i >= k.L || which > 1u) return 0.0;
+  return which == 0u ? k_at(k, i, r) : q_at(k, i, r);
+}
+
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint wg = linear_group();  // (b*nv + h)*nch + c
@@ -39,13 +48,16 @@ void main() {
   vec2 kk[2], qk[2];
   kk[0] = vec2(0.0); kk[1] = vec2(0.0); qk[0] = vec2(0.0); qk[1] = vec2(0.0);
   const uint OP = TILE * CHP / 4u;
+  float pre[4];  // this invocation's elements of the next round (2 * TILE * CHP / 256 <= 4)
+  [[unroll]] for (uint q = 0u; q < 4u; ++q) pre[q] = key_operand(k, 0u, tid + 256u * q);
   for (uint r0 = 0u; r0 < D; r0 += TILE) {
     barrier();
-    for (uint e = tid; e < 2u * TILE * CHP; e += 256u) {
-      const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, r = r0 + e % TILE;  // reads along rows
-      const uint at = (which * TILE + e % TILE) * CHP + i;  // [operand][key dim][row]
-      tile4[at / 4u][at % 4u] = i < k.L ? (which == 0u ? k_at(k, i, r) : q_at(k, i, r)) : 0.0;
+    [[unroll]] for (uint q = 0u; q < 4u; ++q) {
+      const uint e = tid + 256u * q;
+      if (e < 2u * TILE * CHP) tile4[staged_at(e) / 4u][staged_at(e) % 4u] = pre[q];
     }
+    if (r0 + TILE < D)
+      [[unroll]] for (uint q = 0u; q < 4u; ++q) pre[q] = key_operand(k, r0 + TILE, tid + 256u * q);
     barrier();
     if (pair_ok)
       for (uint rr = 0u; rr < TILE; ++rr) {
