@@ -99,7 +99,7 @@ void main() {
         float x = 0.0;
         if (i < k.L) {
           float a = 0.0;
-          [[dont_unroll]] for (uint r4 = 0u; r4 < D / 4u; ++r4) {
+          for (uint r4 = 0u; r4 < D / 4u; ++r4) {
             const uint at = ju * DSP + 4u * r4;
             a += dot(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]));
           }

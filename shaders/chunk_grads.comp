@@ -36,13 +36,11 @@ layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T
 #include "chunk.glsl"
 
 #define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
-// Columns (value or key dims) staged per round of the D-long products: 4 * TILE * CHP floats of
-// shared memory, 8 KiB; fewer rounds (barriers) for shorter chunks.
+#define TILE 8u   // columns (value or key dims) staged per round of the D-long products
 // Rows i of the chunk padded to CHP (a multiple of 8): invocation (r, half) owns rows
 // half*HR .. half*HR + HR-1 of column r (HR a multiple of 4: vec4 reads of the [m][i] matrices), and
 // invocation (pi, pj) = (tid / 16, tid % 16) the 2 x 2 block of (i, j) pairs (2 pi .. 2 pi + 1, 2 pj ..).
 const uint CHP = (CH + 7u) / 8u * 8u;
-const uint TILE = CHP <= 16u ? 16u : 8u;
 const uint HR = CHP / 2u;
 const uint HR4 = HR / 4u;
 const uint NSR = D / SG;  // subgroups per row half
@@ -84,7 +82,7 @@ float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_
 // The staged operands: element e of a round is (operand, row i, column c0 + e % TILE), read along
 // rows (coalesced) and stored [operand][column][row] (rows contiguous: vec4 reads of 4 rows).
 // Each invocation holds PRE of a round's elements, loaded one round ahead (software pipelining).
-#define PRE 4u  // 4 * TILE * CHP / 256 at most
+#define PRE 4u  // 4 * TILE * CHP / 256 at CH = 32
 uint staged_at(uint e) { return (e / (TILE * CHP) * TILE + e % TILE) * CHP + (e / TILE) % CHP; }
 
 // Round c0 of the value-dim products: dO, dU, U, V.

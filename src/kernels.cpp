@@ -123,8 +123,7 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
-  const std::uint32_t tile = chp <= 16 ? 16 : 8;  // TILE
-  return (2 * ch + 5 * ch * chp + 4 * tile * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
+  return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
 }
 }  // namespace
 
