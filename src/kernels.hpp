@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The host side of the shaders' interface: the push-constant block of shaders/common.glsl, and the
-// pipelines of the two kernel families with their binding counts and shared memory.
+// pipelines of the three kernel families with their binding counts and shared memory.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ struct Push {
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
 
-/// Kernels both families use: the conv, the q/k and gate preparation, their backward.
+/// Kernels every family uses: the conv, the q/k and gate preparation, their backward.
 struct CommonKernels {
   std::unique_ptr<gpu::Pipeline> conv_fwd, conv_silu_bwd, conv_bwd, qk_prep, gate_prep;
 };

@@ -230,7 +230,7 @@ struct LayerImpl {
     f.gates = buffer("gates", 3 * BT * nv);
     f.o = buffer("o (pre-norm)", BT * nv * kD);
     f.inv = buffer("inv_rms", BT * nv);
-    // Checkpoints (both families): the state at the start of segments 1 .. nseg-1 (segment 0 starts at zero).
+    // Checkpoints (every family): the state at the start of segments (chunks) 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
     if (variant != Variant::PerHead) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The device against the float64 reference: out, dqkv, dz, da, db for both kernel families at
+// The device against the float64 reference: out, dqkv, dz, da, db for the three kernel families at
 // shapes that exercise rep = nv/nk of 1 and 3, several windows, T = 1, T not a multiple of the
 // checkpoint interval, many segments, and intervals of 1, 2, 8 and one larger than T.
 //
