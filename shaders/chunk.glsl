@@ -10,7 +10,6 @@
 //   P[i][j] = exp(lg_i - lg_j) <q_i, k_j>  (j <= i)
 //   O = diag(gamma) Q S0 + P U,   S_end = Gamma S0 + K~^T U,   K~ = diag(Gamma / gamma) K
 // Per-token tensors of the chunked backward are [B, T, nv, X]: row (b*T + t)*nv + h.
-// Needs bindings named `gates` ([3][B, T, nv]: g, beta, a + dt_bias) and `a_log` ([nv]).
 layout(constant_id = 1) const uint CH = 32;  // chunk length, 1 .. 32
 
 shared float lg[CH], bet[CH];
@@ -39,8 +38,10 @@ uint head_row(Chunk k, uint i) { return (k.b * pc.t + k.t0 + i) * pc.nv + k.h; }
 float q_at(Chunk k, uint i, uint r) { return qkn[((k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
 float k_at(Chunk k, uint i, uint r) { return qkn[((pc.nb * pc.t + k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
 
-// Fills bet[] and lg[] (the inclusive scan of log g) for the chunk; padding rows get 0. Every
-// invocation must call it (barriers); ends with a barrier.
+#ifdef CHUNK_GATES_FROM_SCAN
+// Fills bet[] and lg[] (the inclusive scan of log g) for the chunk from the gates; padding rows get
+// 0 (chunk_prep, which stores lg for the other passes). Every invocation must call it (barriers);
+// ends with a barrier. Needs bindings `gates` ([3][B, T, nv]: g, beta, a + dt_bias) and `a_log`.
 void load_chunk_gates(Chunk k, uint tid) {
   const uint n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid < CH) {
@@ -61,3 +62,8 @@ void load_chunk_gates(Chunk k, uint tid) {
     barrier();
   }
 }
+#else
+// lg of row i of the chunk as chunk_prep stored it ([B, T, nv]); padding rows repeat the last.
+// Needs a binding `lgc`.
+float chunk_lg(Chunk k, uint i) { return lgc[(k.b * pc.t + k.t0 + min(i, k.L - 1u)) * pc.nv + k.h]; }
+#endif

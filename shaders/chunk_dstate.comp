@@ -13,12 +13,11 @@ layout(local_size_x = 256) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
-layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
-layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
-layout(set = 0, binding = 3) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
-layout(set = 0, binding = 4) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
-layout(set = 0, binding = 5) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
-layout(set = 0, binding = 6) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
+layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
+layout(set = 0, binding = 3) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
+layout(set = 0, binding = 4) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
+layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
 
 #include "chunk.glsl"
 
@@ -68,11 +67,14 @@ void main() {
   const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
   const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
+  float lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : 0.0;
 
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
     barrier();  // the previous chunk's readers of lg and ds are done
-    load_chunk_gates(k, tid);
+    if (tid < CH) lg[tid] = lg_next;
+    if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
+    barrier();
     const float lgam = lg[CH - 1u];
     // The chunk's end-state gradient, for chunk_grads (the last chunk's is zero: not stored).
     if (k.c + 1u < nch)

@@ -21,7 +21,7 @@ layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
-layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
+layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
 layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
 layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape)
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
@@ -110,7 +110,11 @@ void main() {
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   const uint slots = max(nch, 2u) - 1u;
   const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
-  load_chunk_gates(k, tid);
+  if (tid < CH) {
+    lg[tid] = chunk_lg(k, tid);
+    bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
+  }
+  barrier();
   const float lgam = lg[CH - 1u];
   for (uint e = tid; e < CH * NSR; e += 256u) { ra_acc[e] = 0.0; rb_acc[e] = 0.0; }
   for (uint e = tid; e < CH * CHP; e += 256u) {

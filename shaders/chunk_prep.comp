@@ -12,6 +12,9 @@ layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T
 layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] P^T dO
+layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
+
+#define CHUNK_GATES_FROM_SCAN
 
 #include "chunk.glsl"
 
@@ -40,6 +43,7 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const Chunk k = chunk_of(wg / nch / pc.nv, (wg / nch) % pc.nv, wg % nch);
   load_chunk_gates(k, tid);
+  if (tid < k.L) lgc[head_row(k, tid)] = lg[tid];
 
   // A and P from the pair dots <k_i, k_j>, <q_i, k_j>: invocation (pi, pj) owns the 2 x 2 block
   // (2 pi .. 2 pi + 1, 2 pj .. 2 pj + 1); the key dims pass through shared memory TILE at a time.

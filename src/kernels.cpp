@@ -139,8 +139,8 @@ std::string chunked_why_not(const DeviceInfo& info, std::uint32_t sg, std::uint3
 }
 
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch) {
-  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 7, chunk_prep_shared(ch), {sg, ch}),
-          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 7, chunk_dstate_shared(ch), {sg, ch}),
+  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch}),
+          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch}),
           .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
           .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4)};
 }

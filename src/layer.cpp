@@ -97,10 +97,11 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, max(nch-1,1), D, D] grad of each chunk's end state
+  std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc, &lgc})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -258,6 +259,7 @@ struct LayerImpl {
       bwd.tm = buffer("T per chunk", BT * nv * cs);
       bwd.du = buffer("dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
+      bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
     }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
     bwd.B = B;
@@ -334,14 +336,14 @@ struct LayerImpl {
   void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
     r.dispatch(*chunked.chunk_prep,
-               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du)}, pc, chunks);
+               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du), v(*bwd.lgc)}, pc,
+               chunks);
     r.mark("chunk_prep");
-    r.dispatch(*chunked.chunk_dstate,
-               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
+    r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
                heads * kColumnBlocks);
     r.mark("chunk_dstate");
     r.dispatch(*chunked.chunk_grads,
-               {v(*f.qkn), v(*f.gates), v(a_log), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
+               {v(*f.qkn), v(*f.gates), v(*bwd.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
                 v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
                pc, chunks);
   }
