@@ -100,11 +100,12 @@ void main() {
         const uint i = i0 + iu;
         float x = 0.0;
         if (i < k.L) {
-          float a = 0.0;
+          vec4 a4 = vec4(0.0);  // four independent chains instead of one of 128 FMAs
           for (uint r4 = 0u; r4 < D / 4u; ++r4) {
             const uint at = ju * DSP + 4u * r4;
-            a += dot(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]));
+            a4 = fma(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]), a4);
           }
+          const float a = (a4.x + a4.y) + (a4.z + a4.w);
           x = cur.pdo + exp(lgam - lg[i]) * a;
           du[head_row(k, i) * D + blk * COLS + ju] = x;
         }

@@ -288,12 +288,21 @@ void main() {
   {
     vec4 yv[HR4], yk[HR4];
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { yv[s] = vec4(0.0); yk[s] = vec4(0.0); }
-    for (uint m = 0u; m < k.L; ++m) {
-      const float dum = du_in[head_row(k, m) * D + r], dwm = dw[head_row(k, m) * D + r];
-      [[unroll]] for (uint s = 0u; s < HR4; ++s) {
-        const vec4 t = mT[(m * CHP + i0) / 4u + s];
-        yv[s] = fma(t, vec4(dum), yv[s]);
-        yk[s] = fma(t, vec4(dwm), yk[s]);
+    for (uint m0 = 0u; m0 < k.L; m0 += 4u) {  // four rows' loads in flight at once
+      float dum[4], dwm[4];
+      [[unroll]] for (uint mm = 0u; mm < 4u; ++mm) {
+        const uint m = min(m0 + mm, k.L - 1u);
+        dum[mm] = du_in[head_row(k, m) * D + r];
+        dwm[mm] = dw[head_row(k, m) * D + r];
+      }
+      [[unroll]] for (uint mm = 0u; mm < 4u; ++mm) {
+        const uint m = m0 + mm;
+        if (m >= k.L) break;
+        [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+          const vec4 t = mT[(m * CHP + i0) / 4u + s];
+          yv[s] = fma(t, vec4(dum[mm]), yv[s]);
+          yk[s] = fma(t, vec4(dwm[mm]), yk[s]);
+        }
       }
     }
     [[unroll]] for (uint s = 0u; s < HR4; ++s)
@@ -317,14 +326,23 @@ void main() {
   {
     vec4 dq[HR4], dk[HR4], dks[HR4];  // dks: dK+ - dK- (for dlg)
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { dq[s] = vec4(0.0); dk[s] = vec4(0.0); dks[s] = vec4(0.0); }
-    for (uint m = 0u; m < k.L; ++m) {
-      const float km = k_at(k, m, r), qm = q_at(k, m, r);
-      [[unroll]] for (uint s = 0u; s < HR4; ++s) {
-        const uint at = (m * CHP + i0) / 4u + s;
-        const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at];
-        dq[s] = fma(mt, vec4(km), dq[s]);
-        dk[s] = fma(mr, vec4(qm), fma(ep, vec4(km), dk[s]));
-        dks[s] = fma(-mr, vec4(qm), fma(em, vec4(km), dks[s]));
+    for (uint m0 = 0u; m0 < k.L; m0 += 4u) {  // four rows' loads in flight at once
+      float km[4], qm[4];
+      [[unroll]] for (uint mm = 0u; mm < 4u; ++mm) {
+        const uint m = min(m0 + mm, k.L - 1u);
+        km[mm] = k_at(k, m, r);
+        qm[mm] = q_at(k, m, r);
+      }
+      [[unroll]] for (uint mm = 0u; mm < 4u; ++mm) {
+        const uint m = m0 + mm;
+        if (m >= k.L) break;
+        [[unroll]] for (uint s = 0u; s < HR4; ++s) {
+          const uint at = (m * CHP + i0) / 4u + s;
+          const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at];
+          dq[s] = fma(mt, vec4(km[mm]), dq[s]);
+          dk[s] = fma(mr, vec4(qm[mm]), fma(ep, vec4(km[mm]), dk[s]));
+          dks[s] = fma(-mr, vec4(qm[mm]), fma(em, vec4(km[mm]), dks[s]));
+        }
       }
     }
     [[unroll]] for (uint s = 0u; s < HR4; ++s)

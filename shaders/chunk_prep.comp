@@ -113,12 +113,20 @@ void main() {
     const uint r = tid % D, i0 = (tid / D) * HR;
     vec4 w[HR / 4u], pd[HR / 4u];
     [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) { w[s] = vec4(0.0); pd[s] = vec4(0.0); }
-    for (uint j = 0u; j < k.L; ++j) {
-      const float kj = bet[j] * exp(lg[j]) * k_at(k, j, r);
-      const float dj = do_in[head_row(k, j) * D + r];
-      [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) {
-        w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj), w[s]);
-        pd[s] = fma(sp4[(j * CHP + i0) / 4u + s], vec4(dj), pd[s]);
+    for (uint j0 = 0u; j0 < k.L; j0 += 4u) {  // four rows' loads in flight at once
+      float kj[4], dj[4];
+      [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {
+        const uint j = min(j0 + jj, k.L - 1u);
+        kj[jj] = bet[j] * exp(lg[j]) * k_at(k, j, r);
+        dj[jj] = do_in[head_row(k, j) * D + r];
+      }
+      [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {
+        const uint j = j0 + jj;
+        if (j >= k.L) break;
+        [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) {
+          w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj[jj]), w[s]);
+          pd[s] = fma(sp4[(j * CHP + i0) / 4u + s], vec4(dj[jj]), pd[s]);
+        }
       }
     }
     [[unroll]] for (uint s = 0u; s < HR / 4u; ++s)
