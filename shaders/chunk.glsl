@@ -17,7 +17,6 @@ shared float lg[CH], bet[CH];
 struct Chunk {
   uint b, h, ko;  // window, value head, its key head
   uint c, t0, L;  // chunk index, first token, tokens in the chunk
-  uint nch;       // chunks per window
 };
 
 Chunk chunk_of(uint b, uint h, uint c) {
@@ -28,7 +27,6 @@ Chunk chunk_of(uint b, uint h, uint c) {
   k.c = c;
   k.t0 = c * CH;
   k.L = min(CH, pc.t - k.t0);
-  k.nch = (pc.t + CH - 1u) / CH;
   return k;
 }
 

@@ -193,8 +193,8 @@ struct LayerImpl {
       if (reason.empty()) return take(f);
       if (v == f)
         throw Error("the " + std::string(to_string(f)) + " kernels cannot run on '" + dev.info().name + "': " + reason +
-                    "; use another variant (--variant " + (f == Variant::Chunked ? "subgroup" : "chunked") +
-                    ", per-head or auto)");
+                    "; use Variant::Auto (--variant auto: the first family that runs here) or Variant::PerHead "
+                    "(--variant per-head)");
     }
     take(Variant::PerHead);
   }
