@@ -110,9 +110,8 @@ struct BackwardState {
 struct LayerImpl {
   std::shared_ptr<Context> ctx;
   gpu::Device& dev;
-  Config cfg;
-  Variant variant;
-  std::uint32_t subgroup_size = 0;  // the column-split family's, where it runs
+  Config cfg;                       // variant and checkpoint_interval resolved to what runs
+  std::uint32_t subgroup_size = 0;  // the column-split and chunked families', where they run
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   CommonKernels common;
@@ -141,11 +140,11 @@ struct LayerImpl {
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
     norm = upload({kHeadDim}, "norm", p.norm);
     common = build_common(dev);
-    if (variant == Variant::PerHead)
+    if (cfg.variant == Variant::PerHead)
       per_head = build_per_head(dev);
     else
       subgroup = build_subgroup(dev, subgroup_size);
-    if (variant == Variant::Chunked) chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval));
+    if (cfg.variant == Variant::Chunked) chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval));
   }
 
   void validate_config(const Params& p) const {
@@ -167,7 +166,7 @@ struct LayerImpl {
     expect_size("norm", p.norm.size(), kD, "[D] = [128]");
   }
 
-  // Sets variant (Auto resolved), cfg.checkpoint_interval (0 resolved) and, for the column-split
+  // Sets cfg.variant (Auto resolved), cfg.checkpoint_interval (0 resolved) and, for the column-split
   // and chunked families, subgroup_size.
   void resolve_variant(Variant v) {
     const int asked = cfg.checkpoint_interval;
@@ -181,7 +180,6 @@ struct LayerImpl {
                                    : subgroup_backward_why_not(dev.info(), choice.size, cs);
     };
     auto take = [&](Variant f) {
-      variant = f;
       cfg.variant = f;
       cfg.checkpoint_interval = interval_for(f);
       if (f != Variant::PerHead) subgroup_size = choice.size;
@@ -210,7 +208,7 @@ struct LayerImpl {
   // An interval longer than the window is the window: one segment, and scratch for T states only.
   // The chunked kernels take the configured length as a pipeline constant: one partial chunk.
   int interval(int T) const {
-    return variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
+    return cfg.variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
   }
   int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
 
@@ -234,7 +232,7 @@ struct LayerImpl {
     // Checkpoints (every family): the state at the start of segments (chunks) 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
-    if (variant != Variant::PerHead) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
+    if (cfg.variant != Variant::PerHead) f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     f.B = B;
     f.T = T;
     f.keep = keep;
@@ -244,11 +242,11 @@ struct LayerImpl {
     if (bwd.B == B && bwd.T == T && bwd.dy) return;
     bwd = BackwardState{};
     const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, cs = interval(T);
-    if (variant == Variant::PerHead) {
+    if (cfg.variant == Variant::PerHead) {
       bwd.scr = buffer("replay scratch", std::size_t(B) * nv * cs * kD * kD);
       bwd.kvs = buffer("replay kv", std::size_t(B) * nv * cs * kD);
       bwd.dqk = buffer("dqk per v-head", 2 * BT * nv * kD);
-    } else if (variant == Variant::Subgroup) {
+    } else if (cfg.variant == Variant::Subgroup) {
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("dqk partials", BT * nv * kColumnBlocks * kPartialWords);
     } else {
@@ -318,7 +316,7 @@ struct LayerImpl {
     r.mark("qk_prep");
     r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
     r.mark("gate_prep");
-    if (variant == Variant::PerHead) {
+    if (cfg.variant == Variant::PerHead) {
       r.dispatch(*per_head.rec_fwd,
                  {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
                  std::uint64_t(B) * cfg.nv);
@@ -354,7 +352,7 @@ struct LayerImpl {
     const Push pc = push(B, T, true);
     const std::uint64_t BT = std::uint64_t(B) * T;
     const auto& in = st.inputs;
-    if (variant == Variant::PerHead) {
+    if (cfg.variant == Variant::PerHead) {
       r.dispatch(*per_head.rec_bwd,
                  {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
                   v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
@@ -366,14 +364,14 @@ struct LayerImpl {
       r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
                  BT * cfg.nv);
       r.mark("norm_bwd2");
-      if (variant == Variant::Chunked)
+      if (cfg.variant == Variant::Chunked)
         record_chunked_recurrence(r, f, pc);
       else
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark(variant == Variant::Chunked ? "chunk_grads" : "rec_bwd2");
-      const auto& qk_bwd = variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
+      r.mark(cfg.variant == Variant::Chunked ? "chunk_grads" : "rec_bwd2");
+      const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
                  pc, BT * cfg.nk);
       r.mark("qk_bwd2");
@@ -474,7 +472,7 @@ Layer::Layer(std::shared_ptr<Context> ctx, const Config& config, const Params& p
 Layer::~Layer() = default;
 
 const Config& Layer::config() const { return impl_->cfg; }
-Variant Layer::variant() const { return impl_->variant; }
+Variant Layer::variant() const { return impl_->cfg.variant; }
 Context& Layer::context() const { return *impl_->ctx; }
 void Layer::set_profiling(bool on) { impl_->profiling = on; }
 const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timings; }
