@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The device against the float64 reference: out, dqkv, dz, da, db for the three kernel families at
 // shapes that exercise rep = nv/nk of 1 and 3, several windows, T = 1, T not a multiple of the
-// checkpoint interval, many segments, and intervals of 1, 2, 8 and one larger than T.
+// checkpoint interval, many segments, intervals of 1, 2, 4, 8, 16 and one larger than T, and (the
+// chunked family) chunks of 31 and 32 over several chunks.
 //
 // Tolerance: relative L2 error <= 2e-4 per output. float32 arithmetic lands near 1e-6 (each test
 // prints what it reached); the bound leaves room for longer windows, not for wrong math: a single
