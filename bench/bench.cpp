@@ -28,6 +28,7 @@ struct Options {
   int B = 0, T = 0, nv = 0, nk = 0, K = 4;  // 0: the device's default shape
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
+  bool matrix_units = true;
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
   std::string json;
@@ -56,6 +57,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--taps" || a == "-K") o.K = parse_int(a, value(), 1);
     else if (a == "--ckpt") o.ckpt = parse_int(a, value(), 1);
     else if (a == "--variant") o.variant = parse_variant(value());
+    else if (a == "--no-matrix") o.matrix_units = false;
     else if (a == "--repeats") o.repeats = parse_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
     else if (a == "--json") o.json = value();
@@ -118,10 +120,12 @@ std::string gib(std::size_t b) {
 
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
-         "          [--variant auto|subgroup|per-head|chunked] [--repeats N] [--warmup N] [--json FILE]\n"
+         "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--repeats N] [--warmup N]\n"
+         "          [--json FILE]\n"
          "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
-         "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n";
+         "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n"
+         "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -152,7 +156,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
           << "performance figures (pass --batch/--tokens/--nv/--nk for another)\n";
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
-                     .variant = o.variant};
+                     .variant = o.variant, .matrix_units = o.matrix_units};
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
     for (auto& x : p.conv) x *= 0.5f;
@@ -207,7 +211,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << ")\n"
         << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
         << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
-        << to_string(layer.variant()) << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
+        << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "") << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";
     if (cpu) out << "(a CPU driver: these times are not performance figures)\n";
@@ -220,7 +224,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
        << dev.api_version << "\",\n  \"shape\": {\"B\": " << B << ", \"T\": " << T << ", \"nv\": " << cfg.nv
        << ", \"nk\": " << cfg.nk << ", \"K\": " << cfg.conv_taps << ", \"D\": " << kHeadDim
        << "}, \"checkpoint_interval\": " << layer.config().checkpoint_interval << ", \"variant\": \"" << to_string(layer.variant())
-       << "\", \"repeats\": " << o.repeats << ",\n  \"copy_gb_per_s\": " << peaks.copy_gb_per_s
+       << "\", \"matrix_units\": " << (layer.config().matrix_units ? "true" : "false") << ", \"repeats\": " << o.repeats << ",\n  \"copy_gb_per_s\": " << peaks.copy_gb_per_s
        << ", \"fma_gflop_per_s\": " << peaks.fma_gflop_per_s << ",\n  \"passes\": [\n";
     double step_ms = 0, step_floor_bw = 0, step_floor_fl = 0;
     for (std::size_t pi = 0; pi < passes.size(); ++pi) {

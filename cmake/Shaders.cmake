@@ -1,6 +1,9 @@
-# gdn_add_shaders(<target> OUTPUT_HEADER <file> SOURCES <a.comp> ... [VARIANT <name> <b.comp> <DEFINE>] ...)
+# gdn_add_shaders(<target> OUTPUT_HEADER <file> SOURCES <a.comp> ... [VARIANT <name> <b.comp> <DEFINE>] ...
+#                 [UNOPTIMIZED <name> ...])
 #
 # A VARIANT builds <b.comp> again under another name with -D<DEFINE> (one source, several builds).
+# The builds named in UNOPTIMIZED (a source's name without .comp, or a variant's) skip glslc -O:
+# Debian 12's spirv-opt crashes on cooperative-matrix code; the driver's compiler optimizes them.
 # One build rule per shader: glslc compiles it with a depfile (an edited include rebuilds its users),
 # spirv-val checks the result, and cmake/EmbedSpirv.cmake turns it into a header holding
 # `inline constexpr std::array<uint32_t, N> <name>` in namespace gdn::spirv. OUTPUT_HEADER includes
@@ -11,7 +14,7 @@ find_program(GDN_SPIRV_VAL spirv-val REQUIRED)
 set(GDN_SHADER_ENV vulkan1.2 CACHE STRING "glslc --target-env for the compute shaders")
 
 function(gdn_add_shaders target)
-  cmake_parse_arguments(ARG "" "OUTPUT_HEADER" "SOURCES;VARIANT" ${ARGN})
+  cmake_parse_arguments(ARG "" "OUTPUT_HEADER" "SOURCES;VARIANT;UNOPTIMIZED" ${ARGN})
   get_filename_component(out_dir ${ARG_OUTPUT_HEADER} DIRECTORY)
   set(headers)
   set(includes "")
@@ -41,13 +44,17 @@ function(gdn_add_shaders target)
     if(np GREATER 2)
       list(GET parts 2 defines)
     endif()
+    set(opt -O)
+    if(name IN_LIST ARG_UNOPTIMIZED)
+      set(opt)
+    endif()
     set(abs ${CMAKE_CURRENT_SOURCE_DIR}/${src})
     set(spv ${CMAKE_CURRENT_BINARY_DIR}/shaders/${name}.spv)
     set(hdr ${out_dir}/spirv/${name}.hpp)
     add_custom_command(
       OUTPUT ${spv}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/shaders
-      COMMAND ${GDN_GLSLC} --target-env=${GDN_SHADER_ENV} -O -Werror ${defines}
+      COMMAND ${GDN_GLSLC} --target-env=${GDN_SHADER_ENV} ${opt} -Werror ${defines}
               -I ${CMAKE_CURRENT_SOURCE_DIR}/shaders -MD -MF ${spv}.d -o ${spv} ${abs}
       COMMAND ${GDN_SPIRV_VAL} --target-env ${GDN_SHADER_ENV} ${spv}
       DEPENDS ${abs}

@@ -121,9 +121,16 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
+// K~, Q~, -W as fp16 pairs [16 rows][136]; two fp32 16 x 16 tiles per subgroup (8); lg, bet.
+constexpr std::uint32_t chunk_dstate_mma_shared() { return 6 * 16 * 136 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4; }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
+}
+// chunk_grads's, plus its MATRIX_UNITS stage (4 operands as fp16 pairs [16][40]), products
+// ([3][16][132] fp32) and pair dots ([2][16][16]).
+constexpr std::uint32_t chunk_grads_mma_shared() {
+  return chunk_grads_shared(16, 32) + 2 * 4 * 16 * 40 * 2 + 3 * 16 * 132 * 4 + 2 * 256 * 4;
 }
 }  // namespace
 
@@ -138,11 +145,32 @@ std::string chunked_why_not(const DeviceInfo& info, std::uint32_t sg, std::uint3
          " (a shorter checkpoint interval needs less)";
 }
 
-ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch) {
-  return {.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch}),
-          .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch}),
-          .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
-          .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4)};
+std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) {
+  if (!info.matrix_f16_16x16x16) return "the device has no 16x16x16 fp16 cooperative matrix (VK_NV_cooperative_matrix)";
+  if (chunk != 16) return "they take chunks of 16 tokens, the checkpoint interval is " + std::to_string(chunk);
+  const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
+                                               : info.subgroup_size == 32;
+  if (!sg32) return "they need subgroups of 32 invocations";
+  const auto bytes = std::max(chunk_dstate_mma_shared(), chunk_grads_mma_shared());
+  if (bytes > info.max_shared_memory)
+    return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
+           std::to_string(info.max_shared_memory);
+  return "";
+}
+
+ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch, bool matrix_units) {
+  ChunkedKernels k{.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch}),
+                   .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch}),
+                   .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
+                   .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4),
+                   .chunk_dstate_mma = nullptr,
+                   .chunk_grads_mma = nullptr};
+  if (matrix_units) {
+    k.chunk_dstate_mma =
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 6, chunk_dstate_mma_shared(), {32, ch}, 32);
+    k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);
+  }
+  return k;
 }
 
 }  // namespace gdn::detail

@@ -56,7 +56,12 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 /// The chunked backward (shaders/chunk_*.comp) for one chunk length; the forward is the column-split one.
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_grads, qk_bwd;
+  /// chunk_dstate and chunk_grads on the matrix units (chunk_dstate_mma.comp, chunk_grads.comp built
+  /// with MATRIX_UNITS); null where they do not run. chunk_dstate_mma takes kMatrixDstateBlocks
+  /// workgroups per (window, v-head), chunk_dstate kColumnBlocks.
+  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_grads_mma;
 };
+inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
 /// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
 /// per-head families, the chunk length of the chunked one.
 inline constexpr int kDefaultInterval = 8;
@@ -82,6 +87,9 @@ std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subg
 
 /// Empty where the chunked backward can run chunks of `chunk` tokens on this device, else why not.
 std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t chunk);
-ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk);
+/// Empty where the matrix-unit kernels of the chunked family run chunks of `chunk` tokens here, else why not.
+std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk);
+/// With `matrix_units`, also the matrix-unit kernels (chunked_matrix_why_not must be empty).
+ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units);
 
 }  // namespace gdn::detail

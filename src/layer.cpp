@@ -144,7 +144,10 @@ struct LayerImpl {
       per_head = build_per_head(dev);
     else
       subgroup = build_subgroup(dev, subgroup_size);
-    if (cfg.variant == Variant::Chunked) chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval));
+    cfg.matrix_units = cfg.matrix_units && cfg.variant == Variant::Chunked &&
+                       chunked_matrix_why_not(dev.info(), std::uint32_t(cfg.checkpoint_interval)).empty();
+    if (cfg.variant == Variant::Chunked)
+      chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval), cfg.matrix_units);
   }
 
   void validate_config(const Params& p) const {
@@ -337,10 +340,16 @@ struct LayerImpl {
                {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du), v(*bwd.lgc)}, pc,
                chunks);
     r.mark("chunk_prep");
-    r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
-               heads * kColumnBlocks);
-    r.mark("chunk_dstate");
-    r.dispatch(*chunked.chunk_grads,
+    if (chunked.chunk_dstate_mma) {
+      r.dispatch(*chunked.chunk_dstate_mma, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)},
+                 pc, heads * kMatrixDstateBlocks);
+      r.mark("chunk_dstate_mma");
+    } else {
+      r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)},
+                 pc, heads * kColumnBlocks);
+      r.mark("chunk_dstate");
+    }
+    r.dispatch(chunked.chunk_grads_mma ? *chunked.chunk_grads_mma : *chunked.chunk_grads,
                {v(*f.qkn), v(*f.gates), v(*bwd.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
                 v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
                pc, chunks);
@@ -370,7 +379,7 @@ struct LayerImpl {
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark(cfg.variant == Variant::Chunked ? "chunk_grads" : "rec_bwd2");
+      r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_grads_mma ? "chunk_grads_mma" : "chunk_grads");
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
                  pc, BT * cfg.nk);

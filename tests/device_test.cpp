@@ -31,14 +31,27 @@ const Case kCases[] = {
     {"rep3_T70_cs16", 1, 70, 3, 1, 4, 16},   // five segments, the last of six steps
 };
 
-using Param = std::tuple<Case, Variant>;
+// A kernel family as the config asks for it. The chunked family runs its matrix-unit kernels (chunk
+// length 16) where the device has them; chunked_cuda_cores keeps it on the CUDA-core kernels there.
+struct Family {
+  const char* name;
+  Variant variant;
+  bool matrix_units;
+};
+const Family kPerHead{"per_head", Variant::PerHead, true}, kSubgroup{"subgroup", Variant::Subgroup, true},
+    kChunked{"chunked", Variant::Chunked, true}, kChunkedCudaCores{"chunked_cuda_cores", Variant::Chunked, false};
+
+using Param = std::tuple<Case, Family>;
 
 class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {
  protected:
   Config config() const {
-    const auto& [c, variant] = GetParam();
+    const auto& [c, family] = GetParam();
     return Config{.nv = c.nv, .nk = c.nk, .conv_taps = c.K, .rms_eps = 1e-6f, .checkpoint_interval = c.cs,
-                  .variant = variant};
+                  .variant = family.variant, .matrix_units = family.matrix_units};
+  }
+  static std::string ran(const Layer& layer) {
+    return std::string(to_string(layer.variant())) + (layer.config().matrix_units ? " (matrix units)" : "");
   }
   static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want) {
     const double err = rel_l2(got, want);
@@ -49,7 +62,7 @@ class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {
 };
 
 TEST_P(Parity, DeviceApiMatchesReference) {
-  const auto& [c, variant] = GetParam();
+  const auto& c = std::get<0>(GetParam());
   const Config cfg = config();
   auto ctx = context();
   const Params p = random_params(cfg, 11);
@@ -76,7 +89,7 @@ TEST_P(Parity, DeviceApiMatchesReference) {
   for (Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) t->fill(NAN);
   layer.backward(tape, dout, g);
 
-  std::printf("[gdn] %s, %s:\n", c.name, std::string(to_string(layer.variant())).c_str());
+  std::printf("[gdn] %s, %s:\n", c.name, ran(layer).c_str());
   check("out", out.download(), want.out);
   check("dqkv", g.dqkv.download(), want.dqkv);
   check("dz", g.dz.download(), want.dz);
@@ -96,7 +109,7 @@ TEST_P(Parity, DeviceApiMatchesReference) {
 }
 
 TEST_P(Parity, HostApiMatchesReference) {
-  const auto& [c, variant] = GetParam();
+  const auto& c = std::get<0>(GetParam());
   const Config cfg = config();
   const Params p = random_params(cfg, 21);
   Layer layer(context(), cfg, p);
@@ -105,7 +118,7 @@ TEST_P(Parity, HostApiMatchesReference) {
   Tape tape;
   const auto out = layer.forward(c.B, c.T, {x.qkv, x.z, x.a, x.b}, &tape);
   const auto g = layer.backward(tape, x.dout);
-  std::printf("[gdn] %s (host API), %s:\n", c.name, std::string(to_string(layer.variant())).c_str());
+  std::printf("[gdn] %s (host API), %s:\n", c.name, ran(layer).c_str());
   check("out", out, want.out);
   check("dqkv", g.dqkv, want.dqkv);
   check("dz", g.dz, want.dz);
@@ -114,25 +127,34 @@ TEST_P(Parity, HostApiMatchesReference) {
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
-  const auto& [c, v] = info.param;
-  std::string n = std::string(c.name) + "_" + std::string(to_string(v));
-  for (auto& ch : n)
-    if (ch == '-') ch = '_';
-  return n;
+  const auto& [c, family] = info.param;
+  return std::string(c.name) + "_" + family.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Parity,
                          ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(Variant::PerHead, Variant::Subgroup, Variant::Chunked)),
+                                            ::testing::Values(kPerHead, kSubgroup, kChunked)),
                          param_name);
 
 // Chunks of the chunked family's longest length (32) and an odd one, over several chunks.
 const Case kLongChunks[] = {
     {"T70_cs32", 1, 70, 2, 1, 4, 32},  // three chunks, the last of six tokens
     {"T64_cs31", 1, 64, 3, 1, 4, 31},  // odd rows split over the two row halves of chunk_grads
+    {"rep3_T64_cs16", 2, 64, 6, 2, 4, 16},  // four full chunks of the matrix units' length
 };
 INSTANTIATE_TEST_SUITE_P(LongChunks, Parity,
-                         ::testing::Combine(::testing::ValuesIn(kLongChunks), ::testing::Values(Variant::Chunked)),
+                         ::testing::Combine(::testing::ValuesIn(kLongChunks), ::testing::Values(kChunked)),
+                         param_name);
+
+// Chunks of 16 on the CUDA-core kernels too, where the chunked family would take the matrix units
+// (elsewhere these repeat the chunked cases: cheap, and the same source).
+const Case kChunks16[] = {
+    {"cs_over_T", 2, 7, 2, 1, 3, 16},
+    {"rep3_T70_cs16", 1, 70, 3, 1, 4, 16},
+    {"rep3_T64_cs16", 2, 64, 6, 2, 4, 16},
+};
+INSTANTIATE_TEST_SUITE_P(CudaCores, Parity,
+                         ::testing::Combine(::testing::ValuesIn(kChunks16), ::testing::Values(kChunkedCudaCores)),
                          param_name);
 
 // The checks above must be able to fail: a wrong parameter on the device side (norm off by 1%)

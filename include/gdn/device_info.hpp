@@ -19,6 +19,9 @@ struct DeviceInfo {
   std::uint32_t max_subgroup_size = 0;
   bool subgroup_shuffle = false;     // shuffle + arithmetic in compute shaders
   bool subgroup_size_control = false;  // required subgroup size and full subgroups in compute
+  /// VK_NV_cooperative_matrix with a subgroup-scope 16x16x16 product of fp16 inputs into fp32,
+  /// and fp16 arithmetic in shaders: the matrix units' kernels can run.
+  bool matrix_f16_16x16x16 = false;
   std::uint64_t max_storage_buffer_range = 0;
   std::uint32_t max_shared_memory = 0;     // maxComputeSharedMemorySize, bytes
   std::uint32_t max_workgroup_count[3] = {0, 0, 0};

@@ -40,6 +40,9 @@ struct Config {
                                  // backward's replay segment; the chunked family's chunk length
                                  // (1 .. 32). 0: the family's default (8; chunked: 16)
   Variant variant = Variant::Auto;
+  bool matrix_units = true;      // the chunked family's matrix-unit kernels (cooperative matrices,
+                                 // fp32 operands split into fp16 pairs) where the device runs them;
+                                 // resolved to whether they run. false: CUDA-core kernels only
 
   int channels() const { return (2 * nk + nv) * kHeadDim; }  // C: q heads | k heads | v heads
   int value_dim() const { return nv * kHeadDim; }

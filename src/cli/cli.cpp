@@ -131,6 +131,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
                        << ")\n";
   row("subgroup shuffle") << (d.subgroup_shuffle ? "yes" : "no") << '\n';
   row("subgroup size control") << (d.subgroup_size_control ? "yes" : "no") << '\n';
+  row("matrix units (fp16 16x16)") << (d.matrix_f16_16x16x16 ? "yes (VK_NV_cooperative_matrix)" : "no") << '\n';
   row("max storage buffer range") << bytes_str(d.max_storage_buffer_range) << '\n';
   row("max shared memory") << bytes_str(d.max_shared_memory) << '\n';
   row("max workgroup count") << d.max_workgroup_count[0] << " x " << d.max_workgroup_count[1] << " x "

@@ -63,6 +63,31 @@ std::optional<std::uint32_t> compute_family(const vk::raii::PhysicalDevice& pd) 
   return any;
 }
 
+bool has_extension(const vk::raii::PhysicalDevice& pd, const char* name) {
+  for (const auto& ext : pd.enumerateDeviceExtensionProperties())
+    if (std::strcmp(ext.extensionName.data(), name) == 0) return true;
+  return false;
+}
+
+// VK_NV_cooperative_matrix with a subgroup-scope 16x16x16 fp16 x fp16 + fp32 -> fp32 product, and
+// shaderFloat16 (the kernels split fp32 operands into fp16 pairs in registers).
+bool has_f16_matrix(const vk::raii::PhysicalDevice& pd) {
+  if (pd.getProperties().apiVersion < VK_API_VERSION_1_2 || !has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) ||
+      !pd.getDispatcher()->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+    return false;
+  const auto feats = pd.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDeviceVulkan12Features,
+                                     vk::PhysicalDeviceCooperativeMatrixFeaturesNV>();
+  if (!feats.get<vk::PhysicalDeviceVulkan12Features>().shaderFloat16 ||
+      !feats.get<vk::PhysicalDeviceCooperativeMatrixFeaturesNV>().cooperativeMatrix)
+    return false;
+  for (const auto& m : pd.getCooperativeMatrixPropertiesNV())
+    if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == vk::ComponentTypeNV::eFloat16 &&
+        m.BType == vk::ComponentTypeNV::eFloat16 && m.CType == vk::ComponentTypeNV::eFloat32 &&
+        m.DType == vk::ComponentTypeNV::eFloat32 && m.scope == vk::ScopeNV::eSubgroup)
+      return true;
+  return false;
+}
+
 DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   DeviceInfo info;
   info.index = index;
@@ -99,6 +124,7 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
     info.subgroup_size_control = f13.subgroupSizeControl && f13.computeFullSubgroups &&
                                  (sgc.requiredSubgroupSizeStages & vk::ShaderStageFlagBits::eCompute);
   }
+  info.matrix_f16_16x16x16 = has_f16_matrix(pd);
   if (auto fam = compute_family(pd)) {
     if (pd.getQueueFamilyProperties()[*fam].timestampValidBits > 0 && props.limits.timestampComputeAndGraphics)
       info.timestamp_period_ns = props.limits.timestampPeriod;
@@ -207,20 +233,27 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
     memory_props_ = physical_.getMemoryProperties();
 
     // Features: subgroup size control where the device has it (the column-split kernels pin their
-    // subgroup size with it); nothing else beyond core 1.2.
+    // subgroup size with it); the NV cooperative matrix and fp16 arithmetic where the device has
+    // them (the matrix units' kernels); nothing else beyond core 1.2.
     const float priority = 1.0f;
     vk::DeviceQueueCreateInfo qci{.queueFamilyIndex = queue_family_, .queueCount = 1, .pQueuePriorities = &priority};
     vk::PhysicalDeviceVulkan13Features f13{.subgroupSizeControl = info_.subgroup_size_control,
                                            .computeFullSubgroups = info_.subgroup_size_control};
     vk::PhysicalDeviceFeatures2 f2{};
     if (physical_.getProperties().apiVersion >= VK_API_VERSION_1_3) f2.pNext = &f13;
-    // GDN_PIPELINE_STATS=1: the driver's statistics of every pipeline (registers, spills) on stderr.
     std::vector<const char*> device_extensions;
+    vk::PhysicalDeviceVulkan12Features f12{.shaderFloat16 = VK_TRUE};
+    vk::PhysicalDeviceCooperativeMatrixFeaturesNV matrix_feature{.cooperativeMatrix = VK_TRUE};
+    if (info_.matrix_f16_16x16x16) {
+      device_extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+      matrix_feature.pNext = &f12;
+      f12.pNext = f2.pNext;
+      f2.pNext = &matrix_feature;
+    }
+    // GDN_PIPELINE_STATS=1: the driver's statistics of every pipeline (registers, spills) on stderr.
     vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec_feature{.pipelineExecutableInfo = VK_TRUE};
     if (const char* e = std::getenv("GDN_PIPELINE_STATS"); e && *e && std::strcmp(e, "0") != 0) {
-      for (const auto& ext : physical_.enumerateDeviceExtensionProperties())
-        if (std::strcmp(ext.extensionName.data(), VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME) == 0)
-          pipeline_stats_ = true;
+      pipeline_stats_ = has_extension(physical_, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
       if (pipeline_stats_) {
         device_extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
         exec_feature.pNext = f2.pNext;

@@ -1,0 +1,44 @@
+// The matrix units (GL_NV_cooperative_matrix): 16 x 16 x 16 products of fp16 matrices into fp32,
+// one subgroup of 32 each, at fp32 accuracy.
+//
+// Every fp32 operand x is split into an fp16 pair: hi = x rounded to 11 significant bits and
+// lo = fp16((x - hi) LO), scaled so that fp16 subnormals (which a device may flush) stay out of
+// the way. A product is a_hi b_hi + (a_hi b_lo + a_lo b_hi) / LO with the two sums in separate fp32
+// accumulators; the dropped a_lo b_lo is 2^-22 relative. Operands must stay under fp16's 65504;
+// elements under about 1e-8 are lost (absolute).
+#extension GL_NV_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+
+#define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+#define LO 4096.0  // the scale of the lo halves, 2^12
+// fp32 x rounded to fp16's 11 significant bits, as fp32 (exact in fp16 within its range). Integer
+// arithmetic, so that no compiler folds fp16(fp32(fp16(x))) - x to 0 (one did: the lo halves vanished).
+vec4 hi_part(vec4 x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
+float hi_part(float x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
+// Stores x (4 consecutive elements of the fp16 arrays hi and lo from `at`) split into its pair.
+#define PUT_SPLIT(hi, lo, at, x)                                                 \
+  {                                                                              \
+    const vec4 x_ = (x), h_ = hi_part(x_);                                       \
+    const f16vec4 hh_ = f16vec4(h_), ll_ = f16vec4((x_ - h_) * LO);              \
+    [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) { hi[(at) + c_] = hh_[c_]; lo[(at) + c_] = ll_[c_]; } \
+  }
+// The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
+void split(F32M x, out F16M hi, out F16M lo) {
+  F32M h = x;
+  for (int e = 0; e < h.length(); ++e) h[e] = hi_part(x[e]);
+  hi = F16M(h);
+  lo = F16M((x - h) * LO);
+}
+
+// acc + lo / LO, the two accumulators of a split product.
+F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
+// acc += a b and lo += a_hi b_lo + a_lo b_hi, for split operands.
+#define MMA_SPLIT(acc, lo, ah, al, bh, bl)   \
+  {                                          \
+    lo = coopMatMulAddNV(al, bh, lo);        \
+    lo = coopMatMulAddNV(ah, bl, lo);        \
+    acc = coopMatMulAddNV(ah, bh, acc);      \
+  }
