@@ -1,26 +1,55 @@
 #version 460
-// Backward of the depthwise causal conv into the raw projection: one thread per (b, t, c).
-// Raw position t feeds the conv outputs t + (K-1) - j through tap j:
+// Backward of the conv + SiLU into the raw projection, time-blocked (conv.glsl), walking each
+// block's tokens from the last. With pre recomputed and dpre = dy * silu'(pre), raw position t
+// feeds the conv outputs t + (K-1) - j through tap j:
 //   dqkv[b,t,c] = sum_j dpre[b, t+(K-1)-j, c] * conv[c,j]   (terms past the window's end are zero)
-// dpre (the gradient of the pre-activation) comes from conv_silu_bwd.
+// The K-1 outputs after the block (its halo) are recomputed, not read from a neighbour.
 #include "common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 64) in;
 
-layout(set = 0, binding = 0) readonly buffer Conv { float conv[]; };  // [C, K]
-layout(set = 0, binding = 1) readonly buffer Dpre { float dpre[]; };  // [B, T, C]
-layout(set = 0, binding = 2) writeonly buffer Dqkv { float dqkv[]; }; // [B, T, C]
+layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, C] raw projection
+layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
+layout(set = 0, binding = 2) readonly buffer Dy { vec4 dy4[]; };      // [B, T, C] grad of y
+layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, C]
+
+#include "conv.glsl"
+
+vec4 silu_bwd4(vec4 x) {  // d/dx silu(x) = s (1 + x (1 - s)), s = sigmoid(x)
+  const vec4 s = 1.0 / (1.0 + exp(-x));
+  return s * (1.0 + x * (1.0 - s));
+}
 
 void main() {
-  const uint i = linear_group() * 256u + gl_LocalInvocationIndex;
-  if (i >= pc.nb * pc.t * pc.c_dim) return;
-  const uint c = i % pc.c_dim;
-  const uint bt = i / pc.c_dim;
-  const uint ti = bt % pc.t;
-  const uint row0 = bt - ti;
-  float acc = 0.0;
-  for (uint j = 0u; j < pc.kk; ++j) {
-    const uint to = ti + (pc.kk - 1u) - j;
-    if (to < pc.t) acc += dpre[(row0 + to) * pc.c_dim + c] * conv[c * pc.kk + j];
+  ConvBlock k;
+  if (!conv_block(k)) return;
+  vec4 w[KT];
+  conv_taps(k, w);
+  const int t_end = int(min(k.t0 + TB, pc.t));  // one past the block's last token
+  // x[j]: the input at u - (K-1) + j while dpre(u) is made; dp[j]: dpre at t + (K-1) - j for the
+  // raw position t being finished (dp[0] is the furthest ahead). Outputs at or past T have dpre 0.
+  vec4 x[KT], dp[KT];
+  [[unroll]] for (uint j = 0u; j < KT; ++j) dp[j] = vec4(0.0);
+  // Walk u from the last output that reads the block (t_end - 1 + K - 1) down to the block's start;
+  // u's inputs are u - (K-1) .. u, read from the newest down: keep them in x, shifting right.
+  const int u_hi = min(t_end - 1 + int(KT - 1u), int(pc.t) - 1);
+  [[unroll]] for (uint j = 1u; j < KT; ++j) {  // x[1..K-1]: inputs u_hi - (K-1) + j
+    const int t = u_hi - int(KT - 1u) + int(j);
+    x[j] = t >= 0 ? qkv4[conv_at(k, t)] : vec4(0.0);
   }
-  dqkv[i] = acc;
+  for (int u = u_hi; u >= int(k.t0); --u) {
+    const int tx = u - int(KT - 1u);
+    x[0] = tx >= 0 ? qkv4[conv_at(k, tx)] : vec4(0.0);
+    vec4 pre = vec4(0.0);
+    [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
+    // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
+    [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
+    dp[KT - 1u] = dy4[conv_at(k, u)] * silu_bwd4(pre);
+    // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
+    if (u < t_end) {
+      vec4 acc = vec4(0.0);
+      [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
+      dqkv4[conv_at(k, u)] = acc;
+    }
+    [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
+  }
 }

@@ -1,24 +1,30 @@
 #version 460
-// Depthwise causal conv + SiLU over time: one thread per (b, t, c).
+// Depthwise causal conv + SiLU over time, time-blocked (conv.glsl):
 //   y[b,t,c] = silu(sum_j conv[c,j] * qkv[b, t-(K-1)+j, c]), zero before the window.
 #include "common.glsl"
-layout(local_size_x = 256) in;
+layout(local_size_x = 64) in;
 
-layout(set = 0, binding = 0) readonly buffer Qkv { float qkv[]; };    // [B, T, C] raw projection
+layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, C] raw projection
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
-layout(set = 0, binding = 2) writeonly buffer Y { float y[]; };       // [B, T, C] conv + silu
+layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, C] conv + silu
+
+#include "conv.glsl"
 
 void main() {
-  const uint i = linear_group() * 256u + gl_LocalInvocationIndex;
-  if (i >= pc.nb * pc.t * pc.c_dim) return;
-  const uint c = i % pc.c_dim;
-  const uint bt = i / pc.c_dim;
-  const uint ti = bt % pc.t;
-  const uint row0 = bt - ti;  // (b, 0)
-  float acc = 0.0;
-  for (uint j = 0u; j < pc.kk; ++j) {
-    const int pos = int(ti) - int(pc.kk - 1u) + int(j);
-    if (pos >= 0) acc += qkv[(row0 + uint(pos)) * pc.c_dim + c] * conv[c * pc.kk + j];
+  ConvBlock k;
+  if (!conv_block(k)) return;
+  vec4 w[KT], x[KT];  // x[j]: the input at t - (K-1) + j for the token t being computed
+  conv_taps(k, w);
+  [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) {
+    const int t = int(k.t0) - int(KT - 1u) + int(j);
+    x[j] = t >= 0 ? qkv4[conv_at(k, t)] : vec4(0.0);
   }
-  y[i] = silu(acc);
+  for (uint s = 0u; s < TB && k.t0 + s < pc.t; ++s) {
+    const int t = int(k.t0 + s);
+    x[KT - 1u] = qkv4[conv_at(k, t)];
+    vec4 pre = vec4(0.0);
+    [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
+    y4[conv_at(k, t)] = pre / (1.0 + exp(-pre));  // silu
+    [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) x[j] = x[j + 1u];
+  }
 }

@@ -22,10 +22,9 @@ constexpr std::uint32_t kD = 128;
 
 }  // namespace
 
-CommonKernels build_common(gpu::Device& dev) {
-  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 3, 0),
-          .conv_silu_bwd = make(dev, "conv_silu_bwd", spirv::conv_silu_bwd, 3, 0),
-          .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 3, 0),
+CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
+  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 3, 0, {conv_taps}),
+          .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 4, 0, {conv_taps}),
           .qk_prep = make(dev, "qk_prep", spirv::qk_prep, 3, 2 * kD * 4),
           .gate_prep = make(dev, "gate_prep", spirv::gate_prep, 5, 0)};
 }

@@ -31,8 +31,13 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 
 /// Kernels every family uses: the conv, the q/k and gate preparation, their backward.
 struct CommonKernels {
-  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_silu_bwd, conv_bwd, qk_prep, gate_prep;
+  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, qk_prep, gate_prep;
 };
+/// The conv kernels' tokens per invocation and workgroup size (shaders/conv.glsl): workgroups for
+/// B windows of T tokens and C channels.
+inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C) {
+  return (B * ((T + 15) / 16) * (C / 4) + 63) / 64;
+}
 
 /// The per-head family (shaders/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
 struct PerHeadKernels {
@@ -71,7 +76,8 @@ inline constexpr std::uint32_t kMaxChunk = 32;
 /// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
 inline constexpr std::uint32_t kChunkRecordWords = 258;
 
-CommonKernels build_common(gpu::Device& dev);
+/// The conv kernels are specialised for `conv_taps` taps.
+CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 PerHeadKernels build_per_head(gpu::Device& dev);
 
 /// The subgroup size the column-split kernels would run with on this device, or an explanation of

@@ -139,7 +139,7 @@ struct LayerImpl {
     a_log = upload({cfg.nv}, "a_log", p.a_log);
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
     norm = upload({kHeadDim}, "norm", p.norm);
-    common = build_common(dev);
+    common = build_common(dev, std::uint32_t(cfg.conv_taps));
     if (cfg.variant == Variant::PerHead)
       per_head = build_per_head(dev);
     else
@@ -313,7 +313,7 @@ struct LayerImpl {
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const ForwardState& f, int B, int T) {
     const Push pc = push(B, T, f.keep);
     const std::uint64_t BT = std::uint64_t(B) * T;
-    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y)}, pc, (BT * cfg.channels() + 255) / 256);
+    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y)}, pc, conv_groups(f.B, f.T, cfg.channels()));
     r.mark("conv_fwd");
     r.dispatch(*common.qk_prep, {v(*f.y), v(*f.qkn), v(*f.nq)}, pc, BT * cfg.nk);
     r.mark("qk_prep");
@@ -385,10 +385,7 @@ struct LayerImpl {
                  pc, BT * cfg.nk);
       r.mark("qk_bwd2");
     }
-    const std::uint64_t conv_groups = (BT * cfg.channels() + 255) / 256;
-    r.dispatch(*common.conv_silu_bwd, {v(in.qkv), v(conv), v(*bwd.dy)}, pc, conv_groups);
-    r.mark("conv_silu_bwd");
-    r.dispatch(*common.conv_bwd, {v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups);
+    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels()));
     r.mark("conv_bwd");
   }
 

@@ -2,7 +2,9 @@
 // The device against the float64 reference: out, dqkv, dz, da, db for the three kernel families at
 // shapes that exercise rep = nv/nk of 1 and 3, several windows, T = 1, T not a multiple of the
 // checkpoint interval, many segments, intervals of 1, 2, 4, 8, 16 and one larger than T, and (the
-// chunked family) chunks of 31 and 32 over several chunks.
+// chunked family) chunks of 31 and 32 over several chunks. Where the device has matrix units
+// (cooperative matrices), the chunked family runs them at chunks of 16, and the CudaCores cases
+// run those chunks on the CUDA-core kernels as well; elsewhere both are the CUDA-core kernels.
 //
 // Tolerance: relative L2 error <= 2e-4 per output. float32 arithmetic lands near 1e-6 (each test
 // prints what it reached); the bound leaves room for longer windows, not for wrong math: a single

@@ -155,6 +155,23 @@ TEST_F(Errors, DefaultIntervalResolves) {
   }
 }
 
+// matrix_units resolves to whether the matrix-unit kernels run: only the chunked family at chunks
+// of 16, only where the device has them, never when the config turns them off.
+TEST_F(Errors, MatrixUnitsResolveToWhatRuns) {
+  const bool device_has = context()->device().matrix_f16_16x16x16;
+  Config cfg = kCfg;
+  for (const auto& [variant, interval, asked, want] :
+       {std::tuple{Variant::Chunked, 16, true, device_has}, std::tuple{Variant::Chunked, 16, false, false},
+        std::tuple{Variant::Chunked, 8, true, false}, std::tuple{Variant::Subgroup, 16, true, false},
+        std::tuple{Variant::PerHead, 16, true, false}}) {
+    cfg.variant = variant;
+    cfg.checkpoint_interval = interval;
+    cfg.matrix_units = asked;
+    const Layer layer(context(), cfg, random_params(cfg, 1));
+    EXPECT_EQ(layer.config().matrix_units, want) << to_string(variant) << ", interval " << interval;
+  }
+}
+
 TEST_F(Errors, VariantNames) {
   EXPECT_EQ(parse_variant("chunked"), Variant::Chunked);
   EXPECT_EQ(to_string(Variant::Chunked), "chunked");

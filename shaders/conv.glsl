@@ -1,0 +1,31 @@
+// The depthwise causal conv's layout and blocking (conv_fwd, conv_bwd).
+//
+// One invocation per (window b, block of TB tokens, 4 channels): it walks its tokens with the
+// K = KT taps' inputs in registers, so each input element is read once (plus K-1 halo tokens per
+// block), as vec4 along channels (coalesced: neighbouring invocations hold neighbouring channels).
+// The conv: pre[b,t,c] = sum_j conv[c,j] * qkv[b, t-(K-1)+j, c], zero before the window; y = silu(pre).
+layout(constant_id = 0) const uint KT = 4;  // conv taps (Config::conv_taps), fixed per pipeline
+#define TB 16u                              // tokens per invocation
+
+struct ConvBlock {
+  uint b, t0, c4;  // window, first token, channel quad (channels 4 c4 .. 4 c4 + 3)
+};
+
+// The invocation's block, or false past the last one. Blocks: [B][ceil(T/TB)][C/4], channel fastest.
+bool conv_block(out ConvBlock k) {
+  const uint c4n = pc.c_dim / 4u, nblk = (pc.t + TB - 1u) / TB;
+  const uint id = linear_group() * 64u + gl_LocalInvocationIndex;
+  k.c4 = id % c4n;
+  k.t0 = (id / c4n) % nblk * TB;
+  k.b = id / (c4n * nblk);
+  return k.b < pc.nb;
+}
+
+// Element (b, t, channel quad) of a [B, T, C] tensor as a vec4 index; t may be out of the window.
+uint conv_at(ConvBlock k, int t) { return ((k.b * pc.t + uint(t)) * pc.c_dim) / 4u + k.c4; }
+
+// The taps of the block's four channels: w[j] = conv[4 c4 + l, j] for l = 0..3.
+void conv_taps(ConvBlock k, out vec4 w[KT]) {
+  [[unroll]] for (uint j = 0u; j < KT; ++j)
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) w[j][l] = conv[(4u * k.c4 + l) * KT + j];
+}
