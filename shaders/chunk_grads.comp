@@ -13,9 +13,10 @@
 // that shrink (K~, M^T Q, E^T K), the diagonal of M left out of both (its terms cancel);
 // d(log g_m) = sum_{i >= m} dlg_i. Leaves per (token, v-head) a record
 // [dq^ (D), dk^ (D), d(log g), dbeta] for qk_bwd2 and dv in dy's v part.
-// Built twice: the MATRIX_UNITS build (chunks of 16, subgroups of 32) does the value-dim products
-// (X1, dW, X2 and the pair dots, most of the arithmetic) and the key-dim pair dots on the matrix
-// units, mma.glsl.
+// Built twice: the MATRIX_UNITS build (chunks of 16, subgroups of 32) goes with the matrix units'
+// forward (chunk_fwd_mma, whose tape holds u itself in place of kv) and takes the key-dim pair dots
+// to the matrix units (mma.glsl). The value-dim products went there too once, and lost: 160
+// registers, one workgroup per SM (3.66 against 3.03 ms, H200, 27B shape).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -29,14 +30,13 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B,
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
 layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
-layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape)
+layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape);
+                                                                        // MATRIX_UNITS: u (chunk_fwd_mma's tape)
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) readonly buffer Du { float du_in[]; };     // [B, T, nv*D] dU (chunk_dstate)
 layout(set = 0, binding = 7) coherent buffer Wm { float dw[]; };        // [B, T, nv, D]: W in, dW written here
 layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] (chunk_prep)
 layout(set = 0, binding = 9) readonly buffer Ck { float ck[]; };        // [B, nv, slots, D cols, D rows] S0
-layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // the same as Do, Du, as vec4
-layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };
 layout(set = 0, binding = 10) readonly buffer Dsc { float dsc[]; };     // [B, nv, slots, D cols, D rows] dS
 layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T, nv][RW]
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
@@ -83,7 +83,11 @@ shared float red_extra[256u / 8u];
 
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
+#ifdef MATRIX_UNITS
+  return kv_in[(bt * pc.nv + k.h) * D + col];
+#else
   return bet[i] * (y[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col] - kv_in[(bt * pc.nv + k.h) * D + col]);
+#endif
 }
 float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col]; }
 
@@ -110,86 +114,11 @@ float key_operand(Chunk k, uint r0, uint e) {
 }
 
 #ifdef MATRIX_UNITS
-// ---- the value-dim products on the matrix units (CH = 16: one tile of rows) ----
-#define QC 32u   // columns staged per round (a quarter of D)
+// ---- the key-dim pair dots on the matrix units (CH = 16: one tile of rows) ----
+#define QC 32u   // key dims staged per round (a quarter of D)
 #define QP 40u   // row stride (halves) of the stage: rows 80 bytes apart, in distinct banks
-#define XP 132u  // row stride of the products
-shared float16_t st_hi[4u * 16u * QP], st_lo[4u * 16u * QP];  // dO, dU, U, V: [operand][row i][column]
-shared float px[3u * 16u * XP];  // X1, dW, X2: [product][row i][r]
-shared float pp[2u * 256u];      // <dO_i, u_j>, <dU_i, v_j>: [pair][i][j]
-
-// vec4 e of a round's stage (e = tid + 256 n): operand e / 128, row (e / 8) % 16, columns 4 (e % 8) ..
-vec4 staged_value(Chunk k, uint c0, uint e) {
-  const uint which = e / 128u, i = (e / 8u) % 16u, col = c0 + 4u * (e % 8u);
-  if (i >= k.L) return vec4(0.0);
-  if (which == 0u) return do4[(head_row(k, i) * D + col) / 4u];
-  if (which == 1u) return du4[(head_row(k, i) * D + col) / 4u];
-  vec4 x;
-  [[unroll]] for (uint c = 0u; c < 4u; ++c) x[c] = which == 2u ? u_at(k, i, col + c) : v_at(k, i, col + c);
-  return x;
-}
-
-// X1 = dO S0^T, dW = -dU S0^T, X2 = U dS^T into px; the pair dots into pp; Gamma-less <dS, S0> into
-// extra. Subgroup s computes columns r = 16 s .. of the products, subgroups 0 and 1 the pair dots.
-void matrix_value_products(Chunk k, uint tid, bool has_s0, bool has_ds, uint s0_at, uint ds_at, inout float extra) {
-  const uint sg = gl_SubgroupID;
-  F32M x1 = F32M(0.0), x1l = F32M(0.0), w = F32M(0.0), wl = F32M(0.0), x2 = F32M(0.0), x2l = F32M(0.0);
-  F32M pa = F32M(0.0), pal = F32M(0.0);
-  vec4 pre[2];
-  [[unroll]] for (uint n = 0u; n < 2u; ++n) pre[n] = staged_value(k, 0u, tid + 256u * n);
-  // S0^T and dS^T tiles [c][r] = ck[c * D + r] (row-major tiles of the states), one ahead
-  F32M s0n = F32M(0.0), sdn = F32M(0.0);
-  if (has_s0) coopMatLoadNV(s0n, ck, s0_at + 16u * sg, D, false);
-  if (has_ds) coopMatLoadNV(sdn, dsc, ds_at + 16u * sg, D, false);
-  for (uint c0 = 0u; c0 < D; c0 += QC) {
-    barrier();  // the previous round's readers are done
-    [[unroll]] for (uint n = 0u; n < 2u; ++n) {
-      const uint e = tid + 256u * n;
-      PUT_SPLIT(st_hi, st_lo, ((e / 128u) * 16u + (e / 8u) % 16u) * QP + 4u * (e % 8u), pre[n])
-    }
-    if (c0 + QC < D)
-      [[unroll]] for (uint n = 0u; n < 2u; ++n) pre[n] = staged_value(k, c0 + QC, tid + 256u * n);
-    barrier();
-    [[unroll]] for (uint ct = 0u; ct < QC / 16u; ++ct) {
-      const uint c = c0 + 16u * ct, sc = 16u * ct;  // the tile's first column: in D, in the stage
-      F16M ah, al, bh, bl;
-      const F32M s0 = s0n, sd = sdn;
-      if (c + 16u < D) {  // the next tile's loads in flight during this one's products
-        if (has_s0) coopMatLoadNV(s0n, ck, s0_at + (c + 16u) * D + 16u * sg, D, false);
-        if (has_ds) coopMatLoadNV(sdn, dsc, ds_at + (c + 16u) * D + 16u * sg, D, false);
-      }
-      if (has_s0) {
-        if (has_ds)
-          for (int e = 0; e < s0.length(); ++e) extra = fma(s0[e], sd[e], extra);
-        split(s0, bh, bl);
-        coopMatLoadNV(ah, st_hi, sc, QP, false);
-        coopMatLoadNV(al, st_lo, sc, QP, false);
-        MMA_SPLIT(x1, x1l, ah, al, bh, bl)
-        coopMatLoadNV(ah, st_hi, 16u * QP + sc, QP, false);
-        coopMatLoadNV(al, st_lo, 16u * QP + sc, QP, false);
-        MMA_SPLIT(w, wl, ah, al, bh, bl)
-      }
-      if (has_ds) {
-        split(sd, bh, bl);
-        coopMatLoadNV(ah, st_hi, 32u * QP + sc, QP, false);
-        coopMatLoadNV(al, st_lo, 32u * QP + sc, QP, false);
-        MMA_SPLIT(x2, x2l, ah, al, bh, bl)
-      }
-      if (sg < 2u) {  // subgroup 0: dO U^T; 1: dU V^T (B: column-major loads of the stage)
-        coopMatLoadNV(ah, st_hi, sg * 16u * QP + sc, QP, false);
-        coopMatLoadNV(al, st_lo, sg * 16u * QP + sc, QP, false);
-        coopMatLoadNV(bh, st_hi, (sg + 2u) * 16u * QP + sc, QP, true);
-        coopMatLoadNV(bl, st_lo, (sg + 2u) * 16u * QP + sc, QP, true);
-        MMA_SPLIT(pa, pal, ah, al, bh, bl)
-      }
-    }
-  }
-  coopMatStoreNV(unsplit(x1, x1l), px, 16u * sg, XP, false);
-  coopMatStoreNV(unsplit(w, wl) * -1.0, px, 16u * XP + 16u * sg, XP, false);
-  coopMatStoreNV(unsplit(x2, x2l), px, 32u * XP + 16u * sg, XP, false);
-  if (sg < 2u) coopMatStoreNV(unsplit(pa, pal), pp, 256u * sg, 16u, false);
-  barrier();
-}
+shared float16_t st_hi[2u * 16u * QP], st_lo[2u * 16u * QP];  // k^, dW: [operand][row i][r]
+shared float pp[2u * 256u];                                   // G, dW K^T: [pair][i][j]
 
 // The key-dim pair dots G = K K^T (subgroup 0) and dW K^T (subgroup 1) into pp, [pair][i][j].
 void matrix_key_products(Chunk k, uint tid) {
@@ -253,22 +182,6 @@ void main() {
     vec4 x1[HR4], x2[HR4], w[HR4];
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
     const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
-#ifdef MATRIX_UNITS
-    matrix_value_products(k, tid, has_s0, has_ds, s0_at, ds_at, extra);
-    [[unroll]] for (uint s = 0u; s < HR4; ++s)
-      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
-        const uint i = i0 + 4u * s + l;
-        x1[s][l] = px[i * XP + r];
-        w[s][l] = px[(16u + i) * XP + r];
-        x2[s][l] = px[(32u + i) * XP + r];
-      }
-    if (pair_ok)
-      [[unroll]] for (uint a = 0u; a < 2u; ++a)
-        [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
-          dou[a][b2] = pp[(2u * pi + a) * 16u + 2u * pj + b2];
-          duv[a][b2] = pp[256u + (2u * pi + a) * 16u + 2u * pj + b2];
-        }
-#else
     const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
     float pre[PRE];
     float s0n[TILE], sdn[TILE];  // the next round's S0[r][c], dS[r][c], loaded a round ahead too
@@ -316,7 +229,6 @@ void main() {
         }
       }
     }
-#endif
     extra *= exp(lgam);  // Gamma <dS, S0>
     // dQ's and dK's terms so far wait in the record (dK+ - dK- = -dK there); the last phase adds the rest.
     [[unroll]] for (uint s = 0u; s < HR4; ++s)

@@ -58,13 +58,17 @@ inline constexpr std::uint32_t kPartialWords = 257;
 /// Column blocks (workgroups) per (window, v-head) of the column-split family.
 inline constexpr std::uint32_t kColumnBlocks = 4;
 
-/// The chunked backward (shaders/chunk_*.comp) for one chunk length; the forward is the column-split one.
+/// The chunked family (shaders/chunk_*.comp) for one chunk length: its backward, and with the matrix
+/// units its forward (elsewhere the forward is the column-split one).
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_grads, qk_bwd;
   /// chunk_dstate and chunk_grads on the matrix units (chunk_dstate_mma.comp, chunk_grads.comp built
   /// with MATRIX_UNITS); null where they do not run. chunk_dstate_mma takes kMatrixDstateBlocks
   /// workgroups per (window, v-head), chunk_dstate kColumnBlocks.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_grads_mma;
+  /// The matrix units' chunked forward: chunk_prep's FORWARD build, then chunk_fwd_mma (one
+  /// workgroup per (window, v-head)); null where the matrix units do not run.
+  std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
 /// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
