@@ -24,7 +24,8 @@ enum class Variant {
   Auto,      // the first that the device can run: chunked, subgroup, per-head
   Subgroup,  // column-split: four workgroups per head, 32 state columns each, subgroup reductions
   PerHead,   // one workgroup per (window, head), reductions through shared memory
-  Chunked,   // the subgroup forward; a chunked backward (chunks of checkpoint_interval <= 32 tokens)
+  Chunked,   // a chunked backward (chunks of checkpoint_interval <= 32 tokens); a chunked forward on
+             // matrix units (Config::matrix_units), else the subgroup forward
 };
 std::string_view to_string(Variant v);
 /// "auto", "subgroup", "per-head", "chunked"; throws std::invalid_argument otherwise.
