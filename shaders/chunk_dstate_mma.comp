@@ -1,14 +1,15 @@
 #version 460
-// Chunked backward, pass 2 of 3, on the matrix units: the sums of chunk_dstate.comp (which runs
-// where the device has no cooperative matrices) as 16x16x16 products of GL_NV_cooperative_matrix.
+// Chunked backward on the matrix units, the serial pass: the sums of chunk_dstate.comp (which runs
+// where the device has no cooperative matrices) as 16x16x16 products of GL_NV_cooperative_matrix,
+// from the operators the matrix units' forward left on the tape (W, P, lg: no chunk_prep here).
 //   dU = P^T dO + K~ dS                           K~ = diag(Gamma / gamma) K
 //   dS <- Gamma dS + Q~^T dO - W^T dU              Q~ = diag(gamma) Q
 // Chunks of CH = 16 tokens (one tile of rows). One workgroup per (window b, v-head h, block of
 // 16 * NSG state columns); subgroup s owns columns 16 s .. 16 s + 15 of the block and keeps them
 // transposed, dS^T [its 16 columns][row r], as eight fp32 tiles in registers (rows 16 rt .. 16 rt + 15).
 // Columns are independent, so the subgroups never exchange results: the workgroup only shares the
-// staging of K~, Q~ and W. The transposed products put every register-held matrix on the left:
-//   dU^T = dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - dU^T W
+// staging of K~, Q~, W and P. The transposed products put every register-held matrix on the left:
+//   dU^T = dO^T P + dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - dU^T W
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
@@ -25,8 +26,9 @@ layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the sa
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
 layout(set = 0, binding = 3) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] grad of o
-layout(set = 0, binding = 4) buffer Du4 { vec4 du4[]; };                // [B, T, nv*D/4] P^T dO in, dU out
+layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
 
 #include "chunk.glsl"
 
@@ -34,19 +36,22 @@ layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, n
 #define SE (16u / NSG)    // staged rows per invocation: rows tid / 32 + NSG e
 #define NWG (D / COLS)    // workgroups per (window, head)
 // Staged [row i][element r] operands, rows DP halves apart: 272 bytes, so the 8 rows that one
-// 128-bit matrix load phase reads fall in distinct banks.
+// 128-bit matrix load phase reads fall in distinct banks; P [i][j] rows PP apart (48 bytes, likewise).
 #define DP 136u
+#define PP 24u
 shared float16_t kh[16u * DP], kl[16u * DP];  // K~ hi, lo
 shared float16_t qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
 shared float16_t wh[16u * DP], wl[16u * DP];  // -W hi, lo
-// Per subgroup, two fp32 16 x 16 tiles [row i][column]: dO, and P^T dO (then dU on its way out).
+shared float16_t ph[16u * PP], pl[16u * PP];  // P hi, lo
+// Per subgroup, two fp32 16 x 16 tiles [row i][column]: dO, and dU on its way out.
 shared float tiles[NSG * 2u * 256u];
 
 // One invocation's share of a chunk's operands.
 struct Stage {
   vec4 k[SE], q[SE], w[SE];  // rows i = tid / 32 + NSG e, elements 4 (tid % 32) .. of k^, q^, W
   float lgi[SE], lgam;       // lg of those rows, and of the chunk's last row (log Gamma)
-  vec4 dO[2], pdo[2];     // the subgroup's dO, P^T dO: row lane / 2, columns 8 (lane % 2) + 4 e ..
+  vec4 p;                    // P row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
+  vec4 dO[2];                // the subgroup's dO: row lane / 2, columns 8 (lane % 2) + 4 e ..
 };
 
 Stage fetch(Chunk k, uint tid, uint lane, uint col0) {
@@ -63,15 +68,11 @@ Stage fetch(Chunk k, uint tid, uint lane, uint col0) {
     }
   }
   f.lgam = chunk_lg(k, CH - 1u);
+  f.p = vec4(0.0);
+  if (tid < 64u && tid / 4u < k.L) f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
   const uint i = lane / 2u;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    f.dO[e] = vec4(0.0); f.pdo[e] = vec4(0.0);
-    if (i < k.L) {
-      const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u) + 4u * e) / 4u;
-      f.dO[e] = do4[at];
-      f.pdo[e] = du4[at];
-    }
-  }
+  [[unroll]] for (uint e = 0u; e < 2u; ++e)
+    f.dO[e] = i < k.L ? do4[(head_row(k, i) * D + col0 + 8u * (lane % 2u) + 4u * e) / 4u] : vec4(0.0);
   return f;
 }
 
@@ -88,7 +89,7 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max(nch, 2u) - 1u;
   const uint col0 = blk * COLS + 16u * sg;  // the subgroup's first state column
-  const uint t_do = sg * 512u, t_pdo = t_do + 256u;  // its two [i][column] tiles in `tiles`
+  const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two [i][column] tiles in `tiles`
   const uint t_lane = (lane / 2u) * 16u + 8u * (lane % 2u);  // the lane's 8 elements of a tile
 
   F32M dst[8];  // dS^T: [column][row 16 rt ..]
@@ -105,10 +106,8 @@ void main() {
       PUT_SPLIT(qh, ql, at, exp(cur.lgi[e]) * cur.q[e])
       PUT_SPLIT(wh, wl, at, -cur.w[e])
     }
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      put_tile(t_do + t_lane + 4u * e, cur.dO[e]);
-      put_tile(t_pdo + t_lane + 4u * e, cur.pdo[e]);
-    }
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_do + t_lane + 4u * e, cur.dO[e]);
+    if (tid < 64u) PUT_SPLIT(ph, pl, (tid / 4u) * PP + 4u * (tid % 4u), cur.p)
     barrier();
 
     // The chunk's end-state gradient dS [column][row], for chunk_grads (the last chunk's is zero).
@@ -116,9 +115,18 @@ void main() {
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c) * D + col0) * D + 16u * rt, D, false);
 
-    // dU^T = (P^T dO)^T + dS^T K~^T   (K~^T: column-major loads of the [i][r] stage)
-    F32M du, du_lo = F32M(0.0);
-    coopMatLoadNV(du, tiles, t_pdo, 16u, true);
+    // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
+    F32M dOt;  // dO^T
+    coopMatLoadNV(dOt, tiles, t_do, 16u, true);
+    F16M oh, ol;
+    split(dOt, oh, ol);
+    F32M du = F32M(0.0), du_lo = F32M(0.0);
+    {
+      F16M bh_, bl;
+      coopMatLoadNV(bh_, ph, 0u, PP, false);
+      coopMatLoadNV(bl, pl, 0u, PP, false);
+      MMA_SPLIT(du, du_lo, oh, ol, bh_, bl)
+    }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(dst[rt], sh, sl);
@@ -127,24 +135,21 @@ void main() {
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
     }
     du = unsplit(du, du_lo);
-    F32M dOt;  // dO^T
-    coopMatLoadNV(dOt, tiles, t_do, 16u, true);
-    coopMatStoreNV(du, tiles, t_pdo, 16u, true);  // dU [i][column]
+    coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     {
       const uint i = lane / 2u;
       if (i < k.L) {
         const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u)) / 4u;
-        du4[at] = tile4_at(t_pdo + t_lane);
-        du4[at + 1u] = tile4_at(t_pdo + t_lane + 4u);
+        du4[at] = tile4_at(t_du + t_lane);
+        du4[at + 1u] = tile4_at(t_du + t_lane + 4u);
       }
     }
 
     // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
-    F16M uh, ul, oh, ol;
+    F16M uh, ul;
     split(du, uh, ul);
-    split(dOt, oh, ol);
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;

@@ -69,23 +69,13 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
                                        // u per step (the matrix units' chunked forward, always)
+  // The matrix units' chunked forward's per-chunk operators (chunk_prep's FORWARD build), which
+  // its backward reuses: [B, T, nv, X] with X = D (W), CH (T, P), 1 (lg).
+  std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv})
-      if (*b) n += (*b)->bytes;
-    return n;
-  }
-};
-
-// The matrix units' chunked forward's per-chunk operators (chunk_prep's FORWARD build), [B, T, nv, X].
-struct ChunkForwardScratch {
-  int B = 0, T = 0;
-  std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;  // W [D], T [CH], P [CH], lg [1]
-
-  std::size_t bytes() const {
-    std::size_t n = 0;
-    for (const auto* b : {&w, &tm, &pm, &lgc})
+    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -133,7 +123,6 @@ struct LayerImpl {
   SubgroupKernels subgroup;   // built for Variant::Subgroup and Variant::Chunked (its forward)
   ChunkedKernels chunked;     // built for Variant::Chunked
   ForwardState scratch_fwd;  // for forwards without a tape
-  ChunkForwardScratch chunk_fwd;
   BackwardState bwd;
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
   DeviceInputs host_in;
@@ -250,25 +239,19 @@ struct LayerImpl {
     // Checkpoints (every family): the state at the start of segments (chunks) 1 .. nseg-1 (segment 0 starts at zero).
     const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
-    if (chunked.chunk_fwd_mma)
+    if (chunked.chunk_fwd_mma) {
+      const std::size_t ch = interval(T);
       f.kv = buffer("u per step", BT * nv * kD);
+      f.w = buffer("W per chunk", BT * nv * kD);
+      f.tm = buffer("T per chunk", BT * nv * ch);
+      f.pm = buffer("P per chunk", BT * nv * ch);
+      f.lgc = buffer("cumulative log gates", BT * nv);
+    }
     else if (cfg.variant != Variant::PerHead)
       f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     f.B = B;
     f.T = T;
     f.keep = keep;
-  }
-
-  void ensure_chunk_forward(int B, int T) {
-    if (chunk_fwd.B == B && chunk_fwd.T == T && chunk_fwd.w) return;
-    chunk_fwd = ChunkForwardScratch{};
-    const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, ch = interval(T);
-    chunk_fwd.w = buffer("W per chunk (forward)", BT * nv * kD);
-    chunk_fwd.tm = buffer("T per chunk (forward)", BT * nv * ch);
-    chunk_fwd.pm = buffer("P per chunk (forward)", BT * nv * ch);
-    chunk_fwd.lgc = buffer("cumulative log gates (forward)", BT * nv);
-    chunk_fwd.B = B;
-    chunk_fwd.T = T;
   }
 
   void ensure_backward(int B, int T) {
@@ -357,12 +340,11 @@ struct LayerImpl {
       return;
     }
     if (chunked.chunk_fwd_mma) {
-      const auto& s = chunk_fwd;
       r.dispatch(*chunked.chunk_prep_fwd,
-                 {v(*f.qkn), v(*f.gates), v(a_log), v(*s.w), v(*s.tm), v(*f.y), v(*f.kv), v(*s.lgc), v(*s.pm)}, pc,
+                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.w), v(*f.tm), v(*f.y), v(*f.kv), v(*f.lgc), v(*f.pm)}, pc,
                  std::uint64_t(B) * cfg.nv * pc.nseg);
       r.mark("chunk_prep (forward)");
-      r.dispatch(*chunked.chunk_fwd_mma, {v(*f.qkn), v(*s.lgc), v(*s.w), v(*f.kv), v(*s.pm), v(*f.o), v(*f.ck)}, pc,
+      r.dispatch(*chunked.chunk_fwd_mma, {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck)}, pc,
                  std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");
     } else {
@@ -377,20 +359,27 @@ struct LayerImpl {
   // The chunked backward's three passes (shaders/chunk.glsl); the last is marked by the caller.
   void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
+    if (chunked.chunk_dstate_mma) {
+      // The matrix units' forward left every chunk's W, T, P and log gates on the tape: no chunk_prep,
+      // and chunk_dstate_mma makes P^T dO itself.
+      r.dispatch(*chunked.chunk_dstate_mma,
+                 {v(*f.qkn), v(*f.lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm)}, pc,
+                 heads * kMatrixDstateBlocks);
+      r.mark("chunk_dstate_mma");
+      r.dispatch(*chunked.chunk_grads_mma,
+                 {v(*f.qkn), v(*f.gates), v(*f.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*f.tm),
+                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
+                 pc, chunks);
+      return;
+    }
     r.dispatch(*chunked.chunk_prep,
                {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du), v(*bwd.lgc)}, pc,
                chunks);
     r.mark("chunk_prep");
-    if (chunked.chunk_dstate_mma) {
-      r.dispatch(*chunked.chunk_dstate_mma, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)},
-                 pc, heads * kMatrixDstateBlocks);
-      r.mark("chunk_dstate_mma");
-    } else {
-      r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)},
-                 pc, heads * kColumnBlocks);
-      r.mark("chunk_dstate");
-    }
-    r.dispatch(chunked.chunk_grads_mma ? *chunked.chunk_grads_mma : *chunked.chunk_grads,
+    r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
+               heads * kColumnBlocks);
+    r.mark("chunk_dstate");
+    r.dispatch(*chunked.chunk_grads,
                {v(*f.qkn), v(*f.gates), v(*bwd.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
                 v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
                pc, chunks);
@@ -448,7 +437,6 @@ struct LayerImpl {
       f = &st.fwd;
     }
     ensure(*f, B, T, tape != nullptr);
-    if (chunked.chunk_fwd_mma) ensure_chunk_forward(B, T);
     run([&](gpu::Recorder& r) { record_forward(r, in, out, *f, B, T); });
   }
 
@@ -527,7 +515,7 @@ const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timin
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.chunk_fwd.bytes() + m.bwd.bytes();
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes();
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db})
