@@ -4,6 +4,7 @@
 #include "gdn/layer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <stdexcept>
 
@@ -73,9 +74,13 @@ struct ForwardState {
   // its backward reuses: [B, T, nv, X] with X = D (W), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
 
+  /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
+  std::array<const std::unique_ptr<gpu::Buffer>*, 12> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc};
+  }
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc})
+    for (const auto* b : slots())
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -479,7 +484,7 @@ std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   std::vector<std::pair<std::string, std::size_t>> out;
   if (!state_) return out;
   const auto& f = state_->fwd;
-  for (const auto* b : {&f.y, &f.qkn, &f.nq, &f.gates, &f.o, &f.inv, &f.ck, &f.kv})
+  for (const auto* b : f.slots())
     if (*b) out.emplace_back((*b)->name, (*b)->bytes);
   if (state_->owns_inputs)
     for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b})
