@@ -361,32 +361,30 @@ struct LayerImpl {
     r.mark("norm_fwd2");
   }
 
-  // The chunked backward's three passes (shaders/chunk.glsl); the last is marked by the caller.
+  // The chunked backward's passes (shaders/chunk.glsl); the last is marked by the caller.
   void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
-    if (chunked.chunk_dstate_mma) {
-      // The matrix units' forward left every chunk's W, T, P and log gates on the tape: no chunk_prep,
-      // and chunk_dstate_mma makes P^T dO itself.
-      r.dispatch(*chunked.chunk_dstate_mma,
-                 {v(*f.qkn), v(*f.lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm)}, pc,
-                 heads * kMatrixDstateBlocks);
+    // The matrix units' forward left every chunk's W, T, P and log gates on the tape: no chunk_prep,
+    // and chunk_dstate_mma makes P^T dO itself.
+    const bool matrix = chunked.chunk_dstate_mma != nullptr;
+    const gpu::Buffer& w = matrix ? *f.w : *bwd.w;  // W (dW goes to bwd.w)
+    const gpu::Buffer& tm = matrix ? *f.tm : *bwd.tm;
+    const gpu::Buffer& lgc = matrix ? *f.lgc : *bwd.lgc;
+    if (matrix) {
+      r.dispatch(*chunked.chunk_dstate_mma, {v(*f.qkn), v(lgc), v(w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm)},
+                 pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
-      r.dispatch(*chunked.chunk_grads_mma,
-                 {v(*f.qkn), v(*f.gates), v(*f.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*f.tm),
-                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
-                 pc, chunks);
-      return;
+    } else {
+      r.dispatch(*chunked.chunk_prep,
+                 {v(*f.qkn), v(*f.gates), v(a_log), v(w), v(tm), v(*bwd.do_), v(*bwd.du), v(lgc)}, pc, chunks);
+      r.mark("chunk_prep");
+      r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(lgc), v(w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
+                 heads * kColumnBlocks);
+      r.mark("chunk_dstate");
     }
-    r.dispatch(*chunked.chunk_prep,
-               {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(*bwd.tm), v(*bwd.do_), v(*bwd.du), v(*bwd.lgc)}, pc,
-               chunks);
-    r.mark("chunk_prep");
-    r.dispatch(*chunked.chunk_dstate, {v(*f.qkn), v(*bwd.lgc), v(*bwd.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc)}, pc,
-               heads * kColumnBlocks);
-    r.mark("chunk_dstate");
-    r.dispatch(*chunked.chunk_grads,
-               {v(*f.qkn), v(*f.gates), v(*bwd.lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(*bwd.tm),
-                v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
+    r.dispatch(matrix ? *chunked.chunk_grads_mma : *chunked.chunk_grads,
+               {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(tm), v(*f.ck),
+                v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
                pc, chunks);
   }
 
@@ -414,7 +412,7 @@ struct LayerImpl {
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_grads_mma ? "chunk_grads_mma" : "chunk_grads");
+      r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_dstate_mma ? "chunk_grads_mma" : "chunk_grads");
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
                  pc, BT * cfg.nk);
