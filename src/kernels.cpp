@@ -120,11 +120,9 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
-// K~, Q~, -W as fp16 pairs [16 rows][136]; P as fp16 pairs [16][24]; two fp32 16 x 16 tiles per
-// subgroup (8); lg, bet.
-constexpr std::uint32_t chunk_dstate_mma_shared() { return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4; }
-// K~, Q~, -W as fp16 pairs [16][136]; P as fp16 pairs [16][24]; two fp32 16 x 16 tiles per subgroup; lg, bet.
-constexpr std::uint32_t chunk_fwd_mma_shared() { return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4; }
+// The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike: K~, Q~, -W as fp16
+// pairs [16 rows][136], P as fp16 pairs [16][24], two fp32 16 x 16 tiles per subgroup (8); lg, bet.
+constexpr std::uint32_t matrix_pass_shared() { return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4; }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
@@ -151,7 +149,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max({chunk_dstate_mma_shared(), chunk_grads_mma_shared(), chunk_fwd_mma_shared()});
+  const auto bytes = std::max(matrix_pass_shared(), chunk_grads_mma_shared());
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
            std::to_string(info.max_shared_memory);
@@ -169,10 +167,10 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
                    .chunk_fwd_mma = nullptr};
   if (matrix_units) {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 7, chunk_dstate_mma_shared(), {32, ch}, 32);
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 7, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 7, chunk_fwd_mma_shared(), {32, ch}, 32);
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 7, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;
 }
