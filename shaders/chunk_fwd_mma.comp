@@ -5,73 +5,28 @@
 //   U = U' - W S0                  the chunk's u rows (the tape keeps them in place of kv)
 //   O = diag(gamma) Q S0 + P U     the chunk's output rows, before the norm
 //   S_end = Gamma S0 + K~^T U      K~ = diag(Gamma / gamma) K
-// One workgroup per (window b, v-head h); subgroup s owns state columns 16 s .. 16 s + 15 as S^T
-// [column][row] in eight fp32 tiles (as chunk_dstate_mma, which is this pass's backward), so that
-// the register-held matrices stay on the left of the products:
+// The layout (chunk_mma.glsl, shared with chunk_dstate_mma, this pass's backward): S^T [column][row]
+// in registers, so that the register-held matrices stay on the left of the products:
 //   U^T = U'^T - S^T W^T,   O^T = S^T Q~^T + U^T P^T,   S^T <- Gamma S^T + U^T K~
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 #include "mma.glsl"
 
-#define NSG 8u  // subgroups of 32 (the host requires subgroups of exactly 32): one workgroup per head
-layout(local_size_x = 256) in;
+layout(local_size_x = 256) in;              // 8 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
-layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
-layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, forward)
+layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep, forward)
 layout(set = 0, binding = 3) buffer Up4 { vec4 up4[]; };                // [B, T, nv*D/4] U' in, U out
-layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep)
+layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep, forward)
 layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm
 layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, max(nch-1,1), D cols, D rows]
 
 #include "chunk.glsl"
-
-// Staged [row i][element r] operands, rows DP halves apart (272 bytes: the 8 rows of one 128-bit
-// matrix load phase fall in distinct banks); P [i][j] rows PP apart (48 bytes, likewise).
-#define DP 136u
-#define PP 24u
-shared float16_t kh[16u * DP], kl[16u * DP];  // K~ hi, lo
-shared float16_t qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
-shared float16_t wh[16u * DP], wl[16u * DP];  // -W hi, lo
-shared float16_t ph[16u * PP], pl[16u * PP];  // P hi, lo
-// Per subgroup, two fp32 16 x 16 tiles [row i][column]: U' (then U on its way out), and O.
-shared float tiles[NSG * 2u * 256u];
-
-void put_tile(uint at, vec4 x) { tiles[at] = x.x; tiles[at + 1u] = x.y; tiles[at + 2u] = x.z; tiles[at + 3u] = x.w; }
-vec4 tile4_at(uint at) { return vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]); }
-
-// One invocation's share of a chunk's operands.
-struct Stage {
-  vec4 k[2], q[2], w[2];  // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^, W
-  float lgi[2], lgam;     // lg of those rows, and of the chunk's last row (log Gamma)
-  vec4 p;                 // P row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
-  vec4 up[2];             // the subgroup's U': row lane / 2, columns 8 (lane % 2) + 4 e ..
-};
-
-Stage fetch(Chunk k, uint tid, uint lane, uint col0) {
-  Stage f;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
-    f.k[e] = vec4(0.0); f.q[e] = vec4(0.0); f.w[e] = vec4(0.0);
-    f.lgi[e] = chunk_lg(k, i);
-    if (i < k.L) {
-      const uint bt = k.b * pc.t + k.t0 + i;
-      f.k[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
-      f.q[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
-      f.w[e] = w4[head_row(k, i) * (D / 4u) + r4];
-    }
-  }
-  f.lgam = chunk_lg(k, CH - 1u);
-  f.p = vec4(0.0);
-  if (tid < 64u && tid / 4u < k.L) f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
-  const uint i = lane / 2u;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e)
-    f.up[e] = i < k.L ? up4[(head_row(k, i) * D + col0 + 8u * (lane % 2u) + 4u * e) / 4u] : vec4(0.0);
-  return f;
-}
+#include "chunk_mma.glsl"
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -81,24 +36,20 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max(nch, 2u) - 1u;
   const uint col0 = 16u * sg;                        // the subgroup's first state column
-  const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two [i][column] tiles in `tiles`
-  const uint t_lane = (lane / 2u) * 16u + 8u * (lane % 2u);  // the lane's 8 elements of a tile
+  const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: U' (then U on its way out), O
+  const uint t_lane = tile_lane(lane);
 
   F32M st[8];  // S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
-    const Stage cur = fetch(k, tid, lane, col0);
+    const Operators cur = fetch_operators(k, tid);
+    vec4 up[2];
+    FETCH_TILE(up4, k, lane, col0, up)
     barrier();  // the previous chunk's readers of the staged operands are done
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint at = (tid / 32u + 8u * e) * DP + 4u * (tid % 32u);
-      PUT_SPLIT(kh, kl, at, exp(cur.lgam - cur.lgi[e]) * cur.k[e])
-      PUT_SPLIT(qh, ql, at, exp(cur.lgi[e]) * cur.q[e])
-      PUT_SPLIT(wh, wl, at, -cur.w[e])
-      put_tile(t_u + t_lane + 4u * e, cur.up[e]);
-    }
-    if (tid < 64u) PUT_SPLIT(ph, pl, (tid / 4u) * PP + 4u * (tid % 4u), cur.p)
+    stage_operators(cur, tid);
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 4u * e, up[e]);
     barrier();
 
     // The state at the chunk's start, for the backward (chunk 0 starts at zero: not stored).
