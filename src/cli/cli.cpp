@@ -174,7 +174,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   cfg.variant = Variant::Auto;
   try {
     Layer layer(ctx, cfg, p);
-    row("auto runs") << to_string(layer.variant()) << '\n';
+    row("auto runs") << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "") << '\n';
   } catch (const Error& e) {
     row("auto runs") << "nothing: " << message_of(e).substr(5) << '\n';
     return kExitRuntime;
