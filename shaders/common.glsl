@@ -29,6 +29,8 @@ uint linear_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGro
 
 float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 float silu(float x) { return x / (1.0 + exp(-x)); }
+vec4 silu(vec4 x) { return x / (1.0 + exp(-x)); }
 // d/dx silu(x) = s + x s (1 - s), s = sigmoid(x)
 float silu_bwd(float x) { float s = sigmoid(x); return s * (1.0 + x * (1.0 - s)); }
+vec4 silu_bwd(vec4 x) { const vec4 s = 1.0 / (1.0 + exp(-x)); return s * (1.0 + x * (1.0 - s)); }
 float softplus(float x) { return x > 20.0 ? x : log(1.0 + exp(x)); }

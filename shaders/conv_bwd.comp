@@ -14,11 +14,6 @@ layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, 
 
 #include "conv.glsl"
 
-vec4 silu_bwd4(vec4 x) {  // d/dx silu(x) = s (1 + x (1 - s)), s = sigmoid(x)
-  const vec4 s = 1.0 / (1.0 + exp(-x));
-  return s * (1.0 + x * (1.0 - s));
-}
-
 void main() {
   ConvBlock k;
   if (!conv_block(k)) return;
@@ -43,7 +38,7 @@ void main() {
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
-    dp[KT - 1u] = dy4[conv_at(k, u)] * silu_bwd4(pre);
+    dp[KT - 1u] = dy4[conv_at(k, u)] * silu_bwd(pre);
     // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
     if (u < t_end) {
       vec4 acc = vec4(0.0);

@@ -24,7 +24,7 @@ void main() {
     x[KT - 1u] = qkv4[conv_at(k, t)];
     vec4 pre = vec4(0.0);
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
-    y4[conv_at(k, t)] = pre / (1.0 + exp(-pre));  // silu
+    y4[conv_at(k, t)] = silu(pre);
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) x[j] = x[j + 1u];
   }
 }

@@ -251,9 +251,9 @@ struct LayerImpl {
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", BT * nv);
-    }
-    else if (cfg.variant != Variant::PerHead)
+    } else if (cfg.variant != Variant::PerHead) {
       f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
+    }
     f.B = B;
     f.T = T;
     f.keep = keep;
