@@ -66,10 +66,10 @@ constexpr std::uint32_t rec_bwd2_shared(std::uint32_t cs, std::uint32_t sg) {
 }
 }  // namespace
 
-SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg) {
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_forward) {
   SubgroupKernels k;
   k.subgroup_size = sg;
-  k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
+  if (with_forward) k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
   k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, kD * 4);
   k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, kD * 4);
   k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 9, 2 * kD * 4);
@@ -157,15 +157,13 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
 }
 
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch, bool matrix_units) {
-  ChunkedKernels k{.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch}),
-                   .chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch}),
-                   .chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg),
-                   .qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4),
-                   .chunk_dstate_mma = nullptr,
-                   .chunk_grads_mma = nullptr,
-                   .chunk_prep_fwd = nullptr,
-                   .chunk_fwd_mma = nullptr};
-  if (matrix_units) {
+  ChunkedKernels k;
+  k.qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4);
+  if (!matrix_units) {
+    k.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch});
+    k.chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch});
+    k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg);
+  } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 7, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);

@@ -47,7 +47,7 @@ struct PerHeadKernels {
 /// The column-split family (shaders/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
 struct SubgroupKernels {
   std::uint32_t subgroup_size = 0;
-  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;
+  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // rec_fwd2: null where not built
   /// rec_bwd2 holds a segment's states in registers: one pipeline per segment length, built on demand.
   std::map<std::uint32_t, std::unique_ptr<gpu::Pipeline>> rec_bwd2;
   const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
@@ -91,7 +91,8 @@ struct SubgroupChoice {
   std::string why_not;
 };
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
-SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size);
+/// `with_forward`: also rec_fwd2 (not where the matrix units' chunked forward replaces it).
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size, bool with_forward = true);
 /// Empty where the column-split backward fits the device at checkpoint interval `cs`, else why not.
 std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs);
 
@@ -100,6 +101,7 @@ std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size,
 /// Empty where the matrix-unit kernels of the chunked family run chunks of `chunk` tokens here, else why not.
 std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk);
 /// With `matrix_units`, also the matrix-unit kernels (chunked_matrix_why_not must be empty).
+/// With `matrix_units`, the CUDA-core chunk_prep, chunk_dstate and chunk_grads, which never run then, stay null.
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units);
 
 }  // namespace gdn::detail

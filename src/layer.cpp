@@ -149,12 +149,12 @@ struct LayerImpl {
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
     norm = upload({kHeadDim}, "norm", p.norm);
     common = build_common(dev, std::uint32_t(cfg.conv_taps));
-    if (cfg.variant == Variant::PerHead)
-      per_head = build_per_head(dev);
-    else
-      subgroup = build_subgroup(dev, subgroup_size);
     cfg.matrix_units = cfg.matrix_units && cfg.variant == Variant::Chunked &&
                        chunked_matrix_why_not(dev.info(), std::uint32_t(cfg.checkpoint_interval)).empty();
+    if (cfg.variant == Variant::PerHead)
+      per_head = build_per_head(dev);
+    else  // the matrix units' chunked forward replaces rec_fwd2
+      subgroup = build_subgroup(dev, subgroup_size, !cfg.matrix_units);
     if (cfg.variant == Variant::Chunked)
       chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval), cfg.matrix_units);
   }
@@ -275,10 +275,12 @@ struct LayerImpl {
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.w = buffer("W, dW per chunk", BT * nv * kD);
-      bwd.tm = buffer("T per chunk", BT * nv * cs);
       bwd.du = buffer("dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
-      bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
+      if (!chunked.chunk_dstate_mma) {  // the matrix units' backward reads T and lg from the tape
+        bwd.tm = buffer("T per chunk", BT * nv * cs);
+        bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
+      }
     }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
     bwd.B = B;
