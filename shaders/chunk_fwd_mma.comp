@@ -8,8 +8,13 @@
 // The layout (chunk_mma.glsl, shared with chunk_dstate_mma, this pass's backward): S^T [column][row]
 // in registers, so that the register-held matrices stay on the left of the products:
 //   U^T = U'^T - S^T W^T,   O^T = S^T Q~^T + U^T P^T,   S^T <- Gamma S^T + U^T K~
+// The gated RMSNorm of norm_fwd2 is fused in: each chunk's O rows leave as the layer's output
+//   out = O / sqrt(mean(O^2) + eps) * norm * silu(z)
+// (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u
+// and 1/rms only where a tape keeps them for the backward.
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "mma.glsl"
 
@@ -20,13 +25,19 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B,
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, forward)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep, forward)
-layout(set = 0, binding = 3) buffer Up4 { vec4 up4[]; };                // [B, T, nv*D/4] U' in, U out
+layout(set = 0, binding = 3) buffer Up4 { vec4 up4[]; };                // [B, T, nv*D/4] U' in, U out (tape)
 layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep, forward)
-layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm
+layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm (tape)
 layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 7) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
+layout(set = 0, binding = 8) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
+layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T, nv*D/4] the layer's output
+layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B, T, nv] 1/rms (tape)
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
+
+shared float rowsq[NSG * 16u];  // [subgroup][row i]: the sum of O^2 over the subgroup's 16 columns
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -38,6 +49,8 @@ void main() {
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: U' (then U on its way out), O
   const uint t_lane = tile_lane(lane);
+  // The lane's share of the norm: row lane / 2 of each chunk, columns col0 + 8 (lane % 2) ..
+  const vec4 nw[2] = {norm4[(col0 + 8u * (lane % 2u)) / 4u], norm4[(col0 + 8u * (lane % 2u)) / 4u + 1u]};
 
   F32M st[8];  // S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
@@ -45,8 +58,9 @@ void main() {
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = fetch_operators(k, tid);
-    vec4 up[2];
+    vec4 up[2], z[2];
     FETCH_TILE(up4, k, lane, col0, up)
+    FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 4u * e, up[e]);
@@ -84,15 +98,18 @@ void main() {
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     subgroupMemoryBarrierShared();
     subgroupBarrier();
+    const uint i = lane / 2u, at = (head_row(k, min(i, k.L - 1u)) * D + col0 + 8u * (lane % 2u)) / 4u;
+    const vec4 o8[2] = {tile4_at(t_o + t_lane), tile4_at(t_o + t_lane + 4u)};
+    if (pc.keep != 0u && i < k.L) {
+      up4[at] = tile4_at(t_u + t_lane);
+      up4[at + 1u] = tile4_at(t_u + t_lane + 4u);
+      o4[at] = o8[0];
+      o4[at + 1u] = o8[1];
+    }
     {
-      const uint i = lane / 2u;
-      if (i < k.L) {
-        const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u)) / 4u;
-        up4[at] = tile4_at(t_u + t_lane);
-        up4[at + 1u] = tile4_at(t_u + t_lane + 4u);
-        o4[at] = tile4_at(t_o + t_lane);
-        o4[at + 1u] = tile4_at(t_o + t_lane + 4u);
-      }
+      float sq = dot(o8[0], o8[0]) + dot(o8[1], o8[1]);
+      sq += subgroupShuffleXor(sq, 1u);  // the lane pair of row i
+      if (lane % 2u == 0u) rowsq[sg * 16u + i] = sq;
     }
 
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
@@ -104,6 +121,17 @@ void main() {
       F32M acc = st[rt] * gam, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
       st[rt] = unsplit(acc, lo);
+    }
+
+    // The norm, once every subgroup's row sums are in (the next chunk's writes of rowsq come after
+    // its first barrier, by when these reads are done).
+    barrier();
+    if (i < k.L) {
+      float sq = 0.0;
+      [[unroll]] for (uint g = 0u; g < NSG; ++g) sq += rowsq[g * 16u + i];
+      const float inv = 1.0 / sqrt(sq / float(D) + pc.eps);
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) out4[at + e] = o8[e] * inv * nw[e] * silu(z[e]);
+      if (pc.keep != 0u && sg == 0u && lane % 2u == 0u) inv_rms[head_row(k, i)] = inv;
     }
   }
 }

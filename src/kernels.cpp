@@ -121,8 +121,11 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
 // The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike: K~, Q~, -W as fp16
-// pairs [16 rows][136], P as fp16 pairs [16][24], two fp32 16 x 16 tiles per subgroup (8); lg, bet.
-constexpr std::uint32_t matrix_pass_shared() { return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4; }
+// pairs [16 rows][136], P as fp16 pairs [16][24], two fp32 16 x 16 tiles per subgroup (8); lg, bet;
+// the forward's row sums of the norm ([8][16]).
+constexpr std::uint32_t matrix_pass_shared() {
+  return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
+}
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
@@ -168,7 +171,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 7, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 7, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 11, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;
 }

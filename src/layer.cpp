@@ -65,11 +65,13 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> qkn;    // [2][B, T, nk, D] q^, k^
   std::unique_ptr<gpu::Buffer> nq;     // [2][B, T, nk] squared norms + 1e-6
   std::unique_ptr<gpu::Buffer> gates;  // [3][B, T, nv] g, beta, a + dt_bias
-  std::unique_ptr<gpu::Buffer> o;      // [B, T, nv*D] o before the norm
+  std::unique_ptr<gpu::Buffer> o;      // [B, T, nv*D] o before the norm (the matrix units' forward,
+                                       // whose norm is fused in: with a tape only)
   std::unique_ptr<gpu::Buffer> inv;    // [B, T, nv] 1/rms
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
-                                       // u per step (the matrix units' chunked forward, always)
+                                       // the matrix units' chunked forward: U' per chunk, then u per
+                                       // step (with a tape)
   // The matrix units' chunked forward's per-chunk operators (chunk_prep's FORWARD build), which
   // its backward reuses: [B, T, nv, X] with X = D (W), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
@@ -351,14 +353,15 @@ struct LayerImpl {
                  {v(*f.qkn), v(*f.gates), v(a_log), v(*f.w), v(*f.tm), v(*f.y), v(*f.kv), v(*f.lgc), v(*f.pm)}, pc,
                  std::uint64_t(B) * cfg.nv * pc.nseg);
       r.mark("chunk_prep (forward)");
-      r.dispatch(*chunked.chunk_fwd_mma, {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck)}, pc,
-                 std::uint64_t(B) * cfg.nv);
-      r.mark("chunk_fwd_mma");
-    } else {
-      r.dispatch(*subgroup.rec_fwd2, {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
-                 std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark("rec_fwd2");
+      r.dispatch(*chunked.chunk_fwd_mma,
+                 {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv)},
+                 pc, std::uint64_t(B) * cfg.nv);
+      r.mark("chunk_fwd_mma");  // the norm fused in
+      return;
     }
+    r.dispatch(*subgroup.rec_fwd2, {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
+               std::uint64_t(B) * cfg.nv * kColumnBlocks);
+    r.mark("rec_fwd2");
     r.dispatch(*subgroup.norm_fwd2, {v(*f.o), v(in.z), v(norm), v(out), v(*f.inv)}, pc, BT * cfg.nv);
     r.mark("norm_fwd2");
   }
