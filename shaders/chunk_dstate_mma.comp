@@ -7,8 +7,14 @@
 // The layout (chunk_mma.glsl): dS^T [column][row] in registers; the transposed products put every
 // register-held matrix on the left:
 //   dU^T = dO^T P + dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - dU^T W
+// The gated RMSNorm backward of norm_bwd2 is fused in: each chunk's dO rows are made here from the
+// layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
+// the workgroup adds the 8 sums at the barrier the staging needs anyway),
+//   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
+// and leave for chunk_grads.
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "mma.glsl"
 
@@ -19,13 +25,21 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B,
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
-layout(set = 0, binding = 3) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] grad of o
+layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o (for chunk_grads)
 layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
+layout(set = 0, binding = 7) readonly buffer O4 { vec4 o4[]; };         // [B, T, nv*D/4] o before the norm (tape)
+layout(set = 0, binding = 8) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
+layout(set = 0, binding = 9) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
+layout(set = 0, binding = 10) readonly buffer Inv { float inv_rms[]; }; // [B, T, nv] 1/rms (tape)
+layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T, nv*D/4] grad of the output
+layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
+
+shared float rowdot[NSG * 16u];  // [subgroup][row i]: <w dout, o> over the subgroup's 16 columns
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -37,6 +51,9 @@ void main() {
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and dU on its way out
   const uint t_lane = tile_lane(lane);
+  // The lane's share of the norm: row lane / 2 of each chunk, columns col0 + 8 (lane % 2) ..
+  const uint i = lane / 2u;
+  const vec4 nw[2] = {norm4[(col0 + 8u * (lane % 2u)) / 4u], norm4[(col0 + 8u * (lane % 2u)) / 4u + 1u]};
 
   F32M dst[8];  // dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
@@ -45,12 +62,37 @@ void main() {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     // Loaded here, not a chunk ahead: measured as fast, and 50 registers fewer (H200).
     const Operators cur = fetch_operators(k, tid);
-    vec4 dO[2];
-    FETCH_TILE(do4, k, lane, col0, dO)
-    barrier();  // the previous chunk's readers of the staged operands are done
+    vec4 o[2], z[2], g[2], wd[2];
+    FETCH_TILE(o4, k, lane, col0, o)
+    FETCH_TILE(z4, k, lane, col0, z)
+    FETCH_TILE(dout4, k, lane, col0, g)
+    const float inv = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
+    float part = 0.0;
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      wd[e] = nw[e] * silu(z[e]) * g[e];
+      part += dot(wd[e], o[e]);
+    }
+    part += subgroupShuffleXor(part, 1u);  // the lane pair of row i
+    barrier();  // the previous chunk's readers of the staged operands and of rowdot are done
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_do + t_lane + 4u * e, dO[e]);
+    if (lane % 2u == 0u) rowdot[sg * 16u + i] = part;
     barrier();
+    {
+      float dot_ = 0.0;
+      [[unroll]] for (uint s = 0u; s < NSG; ++s) dot_ += rowdot[s * 16u + i];
+      const float coef = dot_ / float(D) * inv * inv * inv;
+      const uint at = (head_row(k, min(i, k.L - 1u)) * D + col0 + 8u * (lane % 2u)) / 4u;
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+        const vec4 dO = inv * wd[e] - o[e] * coef;
+        put_tile(t_do + t_lane + 4u * e, dO);
+        if (i < k.L) {
+          do4[at + e] = dO;
+          dz4[at + e] = g[e] * o[e] * inv * nw[e] * silu_bwd(z[e]);
+        }
+      }
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();  // the subgroup's dO tile is in
+    }
 
     // The chunk's end-state gradient dS [column][row], for chunk_grads (the last chunk's is zero).
     if (k.c + 1u < nch)
@@ -80,13 +122,10 @@ void main() {
     coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    {
-      const uint i = lane / 2u;
-      if (i < k.L) {
-        const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u)) / 4u;
-        du4[at] = tile4_at(t_du + t_lane);
-        du4[at + 1u] = tile4_at(t_du + t_lane + 4u);
-      }
+    if (i < k.L) {
+      const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u)) / 4u;
+      du4[at] = tile4_at(t_du + t_lane);
+      du4[at + 1u] = tile4_at(t_du + t_lane + 4u);
     }
 
     // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)

@@ -122,7 +122,7 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
 }
 // The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike: K~, Q~, -W as fp16
 // pairs [16 rows][136], P as fp16 pairs [16][24], two fp32 16 x 16 tiles per subgroup (8); lg, bet;
-// the forward's row sums of the norm ([8][16]).
+// the row sums of the norm's forward or backward ([8][16]).
 constexpr std::uint32_t matrix_pass_shared() {
   return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
 }
@@ -168,7 +168,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 7, matrix_pass_shared(), {32, ch}, 32);
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 11, matrix_pass_shared(), {32, ch}, 32);

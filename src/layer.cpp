@@ -367,19 +367,26 @@ struct LayerImpl {
   }
 
   // The chunked backward's passes (shaders/chunk.glsl); the last is marked by the caller.
-  void record_chunked_recurrence(gpu::Recorder& r, const ForwardState& f, const Push& pc) {
+  void record_chunked_recurrence(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g,
+                                 const Push& pc) {
+    const auto& f = st.fwd;
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
     // The matrix units' forward left every chunk's W, T, P and log gates on the tape: no chunk_prep,
-    // and chunk_dstate_mma makes P^T dO itself.
+    // and chunk_dstate_mma makes P^T dO itself, and dO and dz (the norm's backward) before it.
     const bool matrix = chunked.chunk_dstate_mma != nullptr;
     const gpu::Buffer& w = matrix ? *f.w : *bwd.w;  // W (dW goes to bwd.w)
     const gpu::Buffer& tm = matrix ? *f.tm : *bwd.tm;
     const gpu::Buffer& lgc = matrix ? *f.lgc : *bwd.lgc;
     if (matrix) {
-      r.dispatch(*chunked.chunk_dstate_mma, {v(*f.qkn), v(lgc), v(w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm)},
+      r.dispatch(*chunked.chunk_dstate_mma,
+                 {v(*f.qkn), v(lgc), v(w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
+                  v(*f.inv), v(dout), v(g.dz)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
     } else {
+      r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(st.inputs.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)},
+                 pc, std::uint64_t(f.B) * f.T * cfg.nv);
+      r.mark("norm_bwd2");
       r.dispatch(*chunked.chunk_prep,
                  {v(*f.qkn), v(*f.gates), v(a_log), v(w), v(tm), v(*bwd.do_), v(*bwd.du), v(lgc)}, pc, chunks);
       r.mark("chunk_prep");
@@ -408,15 +415,16 @@ struct LayerImpl {
       r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
       r.mark("qk_bwd");
     } else {
-      r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
-                 BT * cfg.nv);
-      r.mark("norm_bwd2");
-      if (cfg.variant == Variant::Chunked)
-        record_chunked_recurrence(r, f, pc);
-      else
+      if (cfg.variant == Variant::Chunked) {
+        record_chunked_recurrence(r, st, dout, g, pc);
+      } else {
+        r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
+                   BT * cfg.nv);
+        r.mark("norm_bwd2");
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
+      }
       r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_dstate_mma ? "chunk_grads_mma" : "chunk_grads");
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
