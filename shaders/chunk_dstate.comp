@@ -1,5 +1,5 @@
 #version 460
-// Chunked backward, pass 2 of 3: the only serial pass. One workgroup per (window b, v-head h, block
+// Chunked backward, pass 2 of 4: the only serial pass. One workgroup per (window b, v-head h, block
 // of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
 // zero after the window) in shared memory. Columns are independent here, as in the forward. Per chunk
 // (chunk.glsl for W, lg):

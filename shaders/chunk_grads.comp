@@ -1,6 +1,7 @@
 #version 460
-// Chunked backward, pass 3 of 3: one workgroup per (window b, v-head h, chunk c) turns the chunk's dU
-// and end-state gradient dS (chunk_dstate) into the gradients of its inputs, all chunks in parallel.
+// Chunked backward, pass 4 of 4: one workgroup per (window b, v-head h, chunk c) turns the chunk's dU
+// (chunk_dstate) and its value-dim products (chunk_values: X1, dW, X2, the pair dots <dO_i, u_j>,
+// <dU_i, v_j> and Gamma <dS, S0>) into the gradients of its inputs, all chunks in parallel.
 // With the forms of chunk.glsl, S0 the chunk's start state (a checkpoint; zero for chunk 0):
 //   dQ = diag(gamma) dO S0^T + M K,           M[i][j] = exp(lg_i - lg_j) <dO_i, u_j>  (j <= i)
 //   dW = -dU S0^T,   Yv = T^T dU,   Yk = T^T dW,   dV = diag(beta) Yv
@@ -15,8 +16,7 @@
 // [dq^ (D), dk^ (D), d(log g), dbeta] for qk_bwd2 and dv in dy's v part.
 // Built twice: the MATRIX_UNITS build (chunks of 16, subgroups of 32) goes with the matrix units'
 // forward (chunk_fwd_mma, whose tape holds u itself in place of kv) and takes the key-dim pair dots
-// to the matrix units (mma.glsl). The value-dim products went there too once, and lost: 160
-// registers, one workgroup per SM (3.66 against 3.03 ms, H200, 27B shape).
+// to the matrix units (mma.glsl).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -26,32 +26,7 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
-layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
-layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
-layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, or the forward's)
-layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
-layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape);
-                                                                        // MATRIX_UNITS: u (chunk_fwd_mma's tape)
-layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
-layout(set = 0, binding = 6) readonly buffer Du { float du_in[]; };     // [B, T, nv*D] dU (chunk_dstate)
-layout(set = 0, binding = 7) coherent buffer Wm { float dw[]; };        // [B, T, nv, D]: dW, written then read back
-layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (chunk_prep, or the forward's)
-layout(set = 0, binding = 9) readonly buffer Ck { float ck[]; };        // [B, nv, slots, D cols, D rows] S0
-layout(set = 0, binding = 10) readonly buffer Dsc { float dsc[]; };     // [B, nv, slots, D cols, D rows] dS
-layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T, nv][RW]
-layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
-
-#include "chunk.glsl"
-
-#define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
-#define TILE 8u   // columns (value or key dims) staged per round of the D-long products
-// Rows i of the chunk padded to CHP (a multiple of 8): invocation (r, half) owns rows
-// half*HR .. half*HR + HR-1 of column r (HR a multiple of 4: vec4 reads of the [m][i] matrices), and
-// invocation (pi, pj) = (tid / 16, tid % 16) the 2 x 2 block of (i, j) pairs (2 pi .. 2 pi + 1, 2 pj ..).
-const uint CHP = (CH + 7u) / 8u * 8u;
-const uint HR = CHP / 2u;
-const uint HR4 = HR / 4u;
-const uint NSR = D / SG;  // subgroups per row half
+#include "chunk_grads.glsl"
 
 // CH x CHP matrices, [m][i] (i contiguous, rows of CHP floats). Roles change as the pass goes on:
 shared vec4 mT[CH * CHP / 4u];   // T[m][i]
@@ -80,38 +55,6 @@ shared float red_extra[256u / 8u];
 #define C_(at) mC[(at) / 4u][(at) % 4u]
 #define D_(at) mD[(at) / 4u][(at) % 4u]
 #define TILE_(at) tile4[(at) / 4u][(at) % 4u]
-
-float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
-  const uint bt = k.b * pc.t + k.t0 + i;
-#ifdef MATRIX_UNITS
-  return kv_in[(bt * pc.nv + k.h) * D + col];
-#else
-  return bet[i] * (y[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col] - kv_in[(bt * pc.nv + k.h) * D + col]);
-#endif
-}
-float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col]; }
-
-// The staged operands: element e of a round is (operand, row i, column c0 + e % TILE), read along
-// rows (coalesced) and stored [operand][column][row] (rows contiguous: vec4 reads of 4 rows).
-// Each invocation holds PRE of a round's elements, loaded one round ahead (software pipelining).
-#define PRE 4u  // 4 * TILE * CHP / 256 at CH = 32
-uint staged_at(uint e) { return (e / (TILE * CHP) * TILE + e % TILE) * CHP + (e / TILE) % CHP; }
-
-// Round c0 of the value-dim products: dO, dU, U, V.
-float value_operand(Chunk k, uint c0, uint e) {
-  const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, col = c0 + e % TILE;
-  if (i >= k.L) return 0.0;
-  if (which == 0u) return do_in[head_row(k, i) * D + col];
-  if (which == 1u) return du_in[head_row(k, i) * D + col];
-  if (which == 2u) return u_at(k, i, col);
-  return v_at(k, i, col);
-}
-// Round r0 of the key-dim products: k^, dW.
-float key_operand(Chunk k, uint r0, uint e) {
-  const uint which = e / (TILE * CHP), i = (e / TILE) % CHP, rr = r0 + e % TILE;
-  if (i >= k.L) return 0.0;
-  return which == 0u ? k_at(k, i, rr) : dw[head_row(k, i) * D + rr];
-}
 
 #ifdef MATRIX_UNITS
 // ---- the key-dim pair dots on the matrix units (CH = 16: one tile of rows) ----
@@ -155,8 +98,6 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint bh = wg / nch;
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
-  const uint slots = max(nch, 2u) - 1u;
-  const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
   if (tid < CH) {
     lg[tid] = chunk_lg(k, tid);
     bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
@@ -173,84 +114,32 @@ void main() {
   const uint i0 = half_ * HR;
   const uint pi = tid / 16u, pj = tid % 16u;  // the (i, j) pair block
   const bool pair_ok = pi < HR && pj < HR;    // 2 pi < CHP
-  float extra = 0.0;                // this invocation's share of dlg at CH-1
+  float extra = tid == 0u ? sdot[wg] : 0.0;  // this invocation's share of dlg at CH-1 (Gamma <dS, S0>)
   vec2 duv[2], dou[2];              // pair dots <dU_i, v_j>, <dO_i, u_j>: [i of the block][j of the block]
   duv[0] = vec2(0.0); duv[1] = vec2(0.0); dou[0] = vec2(0.0); dou[1] = vec2(0.0);
 
-  // ---- over the value dims c: X1 = dO S0^T, dW = -dU S0^T, X2 = U dS^T, and the pair dots ----
-  {
-    vec4 x1[HR4], x2[HR4], w[HR4];
-    [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
-    const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
-    const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
-    float pre[PRE];
-    float s0n[TILE], sdn[TILE];  // the next round's S0[r][c], dS[r][c], loaded a round ahead too
-    [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, 0u, tid + 256u * q);
-    [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-      s0n[cc] = has_s0 ? ck[s0_at + cc * D + r] : 0.0;
-      sdn[cc] = has_ds ? dsc[ds_at + cc * D + r] : 0.0;
+  barrier();  // ra_acc and rb_acc are zero
+  // ---- chunk_values' products: the record starts with gamma_i X1 (dq^) and (Gamma / gamma_i) X2 ----
+  [[unroll]] for (uint s = 0u; s < HR4; ++s)
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+      const uint i = i0 + 4u * s + l;
+      float a = 0.0;
+      if (i < k.L) {
+        const uint row = head_row(k, i);
+        const float ki = k_at(k, i, r), kt = rec[row * RW + D + r];  // kt: the dK~ term (in dK-)
+        extra = fma(ki, kt, extra);
+        // dQ's and dK's terms so far wait in the record (dK+ - dK- = -dK there); the last phase adds the rest.
+        a = q_at(k, i, r) * rec[row * RW + r] - ki * kt;
+      }
+      ROW_ADD(ra_acc, i, a)
     }
-    for (uint c0 = 0u; c0 < D; c0 += TILE) {
-      barrier();
-      [[unroll]] for (uint q = 0u; q < PRE; ++q) {
-        const uint e = tid + 256u * q;
-        if (e < 4u * TILE * CHP) tile4[staged_at(e) / 4u][staged_at(e) % 4u] = pre[q];
+  if (pair_ok)
+    [[unroll]] for (uint a = 0u; a < 2u; ++a)
+      [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
+        const uint i = min(2u * pi + a, CH - 1u), j = min(2u * pj + b2, CH - 1u);
+        dou[a][b2] = pairs[(wg * 2u) * CH * CH + i * CH + j];
+        duv[a][b2] = pairs[(wg * 2u + 1u) * CH * CH + i * CH + j];
       }
-      const float s0c[TILE] = s0n, sdc[TILE] = sdn;
-      if (c0 + TILE < D) {
-        [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, c0 + TILE, tid + 256u * q);
-        [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-          s0n[cc] = has_s0 ? ck[s0_at + (c0 + TILE + cc) * D + r] : 0.0;
-          sdn[cc] = has_ds ? dsc[ds_at + (c0 + TILE + cc) * D + r] : 0.0;
-        }
-      }
-      barrier();
-      [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-        if (has_s0 || has_ds) {
-          const float s0 = s0c[cc], sd = sdc[cc];
-          if (half_ == 0u) extra = fma(s0, sd, extra);
-          [[unroll]] for (uint s = 0u; s < HR4; ++s) {
-            const uint at = cc * CHP / 4u + i0 / 4u + s;
-            x1[s] = fma(vec4(s0), tile4[at], x1[s]);
-            w[s] = fma(vec4(-s0), tile4[OP + at], w[s]);
-            x2[s] = fma(vec4(sd), tile4[2u * OP + at], x2[s]);
-          }
-        }
-        if (pair_ok) {
-          const uint ai = cc * CHP + 2u * pi, aj = cc * CHP + 2u * pj;
-          const vec2 doi = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
-          const vec2 dui = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
-          const vec2 uj = vec2(tile4[2u * OP + aj / 4u][aj % 4u], tile4[2u * OP + aj / 4u][aj % 4u + 1u]);
-          const vec2 vj = vec2(tile4[3u * OP + aj / 4u][aj % 4u], tile4[3u * OP + aj / 4u][aj % 4u + 1u]);
-          [[unroll]] for (uint a = 0u; a < 2u; ++a) {
-            duv[a] = fma(vec2(dui[a]), vj, duv[a]);
-            dou[a] = fma(vec2(doi[a]), uj, dou[a]);
-          }
-        }
-      }
-    }
-    extra *= exp(lgam);  // Gamma <dS, S0>
-    // dQ's and dK's terms so far wait in the record (dK+ - dK- = -dK there); the last phase adds the rest.
-    [[unroll]] for (uint s = 0u; s < HR4; ++s)
-      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
-        const uint i = i0 + 4u * s + l;
-        float a = 0.0;
-        if (i < k.L) {
-          const float ki = k_at(k, i, r);
-          const float kt = exp(lgam - lg[i]) * x2[s][l];  // the dK~ term (in dK-)
-          const float dq0 = exp(lg[i]) * x1[s][l];
-          extra = fma(ki, kt, extra);
-          a = q_at(k, i, r) * dq0 - ki * kt;
-          const uint row = head_row(k, i);
-          rec[row * RW + r] = dq0;
-          rec[row * RW + D + r] = kt;
-          dw[row * D + r] = w[s][l];
-        }
-        ROW_ADD(ra_acc, i, a)
-      }
-  }
-  memoryBarrierBuffer();
-  barrier();  // dW is written: the key-dim products read it
 
   // ---- over the key dims r: the pair dots G = <k_i, k_j>, <dW_i, k_j> ----
   vec2 gkk[2], dwk[2];

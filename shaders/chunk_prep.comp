@@ -1,5 +1,5 @@
 #version 460
-// Chunked backward, pass 1 of 3: one workgroup per (window b, v-head h, chunk c) builds the chunk's
+// Chunked backward, pass 1 of 4: one workgroup per (window b, v-head h, chunk c) builds the chunk's
 // intra-chunk operators (chunk.glsl): T = (I + A)^-1 and W = T diag(beta gamma) K, and the part of
 // the gradient of the chunk's u rows that stays inside the chunk, P^T dO (chunk_dstate adds the rest);
 // and stores the chunk's cumulative log gates lg for the other two passes.

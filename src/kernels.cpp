@@ -19,6 +19,7 @@ std::unique_ptr<gpu::Pipeline> make(gpu::Device& dev, const char* name, std::spa
 }
 
 constexpr std::uint32_t kD = 128;
+constexpr std::uint32_t kChunkGradsBindings = 15;  // shaders/chunk_grads.glsl, for chunk_values and chunk_grads
 
 }  // namespace
 
@@ -126,6 +127,10 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
 constexpr std::uint32_t matrix_pass_shared() {
   return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
 }
+constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
+  const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
+  return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
+}
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
@@ -165,11 +170,15 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
   if (!matrix_units) {
     k.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch});
     k.chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch});
-    k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, 13, chunk_grads_shared(ch, sg), {sg, ch}, sg);
+    k.chunk_values = make(dev, "chunk_values", spirv::chunk_values, kChunkGradsBindings, chunk_values_shared(ch), {sg, ch}, sg);
+    k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_grads_mma = make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, 13, chunk_grads_mma_shared(), {32, ch}, 32);
+    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings,
+                              chunk_values_shared(ch), {32, ch}, 32);
+    k.chunk_grads_mma =
+        make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 11, matrix_pass_shared(), {32, ch}, 32);
   }

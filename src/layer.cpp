@@ -109,10 +109,12 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, max(nch-1,1), D, D] grad of each chunk's end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
+  std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
+  std::unique_ptr<gpu::Buffer> sdot;   // [B, nv, nch] chunk_values' Gamma <dS, S0>
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc, &lgc})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -279,6 +281,9 @@ struct LayerImpl {
       bwd.w = buffer("W, dW per chunk", BT * nv * kD);
       bwd.du = buffer("dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
+      const std::size_t chunks = std::size_t(B) * nv * nseg(T);
+      bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
+      bwd.sdot = buffer("<dS, S0> per chunk", chunks);
       if (!chunked.chunk_dstate_mma) {  // the matrix units' backward reads T and lg from the tape
         bwd.tm = buffer("T per chunk", BT * nv * cs);
         bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
@@ -394,10 +399,13 @@ struct LayerImpl {
                  heads * kColumnBlocks);
       r.mark("chunk_dstate");
     }
-    r.dispatch(matrix ? *chunked.chunk_grads_mma : *chunked.chunk_grads,
-               {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*bwd.w), v(tm), v(*f.ck),
-                v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
-               pc, chunks);
+    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl).
+    const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
+                                             v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
+                                             v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
+    r.dispatch(matrix ? *chunked.chunk_values_mma : *chunked.chunk_values, views, pc, chunks);
+    r.mark(matrix ? "chunk_values_mma" : "chunk_values");
+    r.dispatch(matrix ? *chunked.chunk_grads_mma : *chunked.chunk_grads, views, pc, chunks);
   }
 
   void record_backward(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {

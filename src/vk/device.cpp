@@ -494,7 +494,7 @@ void Recorder::barrier() {
                        vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
 }
 
-void Recorder::dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const void* push,
+void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push,
                         std::size_t push_bytes, std::uint64_t groups) {
   // The pipeline's interface, checked against what is passed (the C++ and GLSL sides are written twice).
   if (views.size() != p.bindings)

@@ -72,12 +72,16 @@ class Recorder {
   /// Dispatches `groups` workgroups, folded into (x, y) under maxComputeWorkGroupCount[0]; the kernel
   /// reconstructs its linear id as gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x and
   /// returns for ids >= groups.
-  void dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const void* push,
-                std::size_t push_bytes, std::uint64_t groups);
+  void dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push, std::size_t push_bytes,
+                std::uint64_t groups);
+  template <class Push>
+  void dispatch(const Pipeline& p, std::span<const BufferView> views, const Push& push, std::uint64_t groups) {
+    dispatch(p, views, &push, sizeof(Push), groups);
+  }
   template <class Push>
   void dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const Push& push,
                 std::uint64_t groups) {
-    dispatch(p, views, &push, sizeof(Push), groups);
+    dispatch(p, std::span<const BufferView>(views.begin(), views.size()), &push, sizeof(Push), groups);
   }
   /// Fills a buffer with a 32-bit pattern (e.g. NaN poison in tests, zero accumulators).
   void fill(const Buffer& b, std::uint32_t word);
