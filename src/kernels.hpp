@@ -100,8 +100,8 @@ std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subg
 std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t chunk);
 /// Empty where the matrix-unit kernels of the chunked family run chunks of `chunk` tokens here, else why not.
 std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk);
-/// With `matrix_units`, also the matrix-unit kernels (chunked_matrix_why_not must be empty).
-/// With `matrix_units`, the CUDA-core chunk_prep, chunk_dstate and chunk_grads, which never run then, stay null.
+/// With `matrix_units` the matrix-unit kernels (chunked_matrix_why_not must be empty), else the
+/// CUDA-core chunk_prep, chunk_dstate, chunk_values and chunk_grads; the others stay null.
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units);
 
 }  // namespace gdn::detail
