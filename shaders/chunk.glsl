@@ -1,4 +1,4 @@
-// The chunked backward's conventions (chunk_prep, chunk_dstate, chunk_grads).
+// The chunked backward's conventions (chunk_prep, chunk_dstate, chunk_values, chunk_grads).
 //
 // A window's T tokens are cut into chunks of CH tokens (the checkpoint interval, a specialization
 // constant): chunk c covers tokens t0 = c*CH .. t0+L-1, L = min(CH, T - t0). Rows i >= L of a chunk

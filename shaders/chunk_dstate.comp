@@ -5,7 +5,7 @@
 // (chunk.glsl for W, lg):
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
-// dU and the chunk's dS (before the update) leave for chunk_grads, which does the rest in parallel.
+// dU and the chunk's dS (before the update) leave for chunk_values and chunk_grads, which do the rest in parallel.
 // The chunk's rows pass through shared memory SUB at a time (a round), each round's operands loaded
 // during the round before.
 #include "common.glsl"
@@ -76,7 +76,7 @@ void main() {
     if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
     barrier();
     const float lgam = lg[CH - 1u];
-    // The chunk's end-state gradient, for chunk_grads (the last chunk's is zero: not stored).
+    // The chunk's end-state gradient, for chunk_values (the last chunk's is zero: not stored).
     if (k.c + 1u < nch)
       for (uint e = tid; e < COLS * D; e += 256u) {
         const uint j = e / D, rr = e % D;

@@ -11,7 +11,7 @@
 // layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
 // the workgroup adds the 8 sums at the barrier the staging needs anyway),
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
-// and leave for chunk_grads.
+// and leave for chunk_values and chunk_grads.
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -25,7 +25,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B,
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
-layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o (for chunk_grads)
+layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
@@ -94,7 +94,7 @@ void main() {
       subgroupBarrier();  // the subgroup's dO tile is in
     }
 
-    // The chunk's end-state gradient dS [column][row], for chunk_grads (the last chunk's is zero).
+    // The chunk's end-state gradient dS [column][row], for chunk_values (the last chunk's is zero).
     if (k.c + 1u < nch)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c) * D + col0) * D + 16u * rt, D, false);
