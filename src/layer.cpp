@@ -389,9 +389,6 @@ struct LayerImpl {
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
     } else {
-      r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(st.inputs.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)},
-                 pc, std::uint64_t(f.B) * f.T * cfg.nv);
-      r.mark("norm_bwd2");
       r.dispatch(*chunked.chunk_prep,
                  {v(*f.qkn), v(*f.gates), v(a_log), v(w), v(tm), v(*bwd.do_), v(*bwd.du), v(lgc)}, pc, chunks);
       r.mark("chunk_prep");
@@ -423,16 +420,17 @@ struct LayerImpl {
       r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
       r.mark("qk_bwd");
     } else {
-      if (cfg.variant == Variant::Chunked) {
-        record_chunked_recurrence(r, st, dout, g, pc);
-      } else {
+      if (!chunked.chunk_dstate_mma) {  // the matrix units' chunk_dstate_mma does the norm's backward itself
         r.dispatch(*subgroup.norm_bwd2, {v(*f.o), v(in.z), v(norm), v(*f.inv), v(dout), v(g.dz), v(*bwd.do_)}, pc,
                    BT * cfg.nv);
         r.mark("norm_bwd2");
+      }
+      if (cfg.variant == Variant::Chunked)
+        record_chunked_recurrence(r, st, dout, g, pc);
+      else
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      }
       r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_dstate_mma ? "chunk_grads_mma" : "chunk_grads");
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
