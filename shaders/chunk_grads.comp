@@ -98,11 +98,7 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint bh = wg / nch;
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
-  if (tid < CH) {
-    lg[tid] = chunk_lg(k, tid);
-    bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
-  }
-  barrier();
+  load_chunk_rows(k, tid);
   const float lgam = lg[CH - 1u];
   for (uint e = tid; e < CH * NSR; e += 256u) { ra_acc[e] = 0.0; rb_acc[e] = 0.0; }
   for (uint e = tid; e < CH * CHP; e += 256u) {

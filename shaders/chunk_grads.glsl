@@ -30,6 +30,15 @@ const uint HR = CHP / 2u;
 const uint HR4 = HR / 4u;
 const uint NSR = D / SG;  // subgroups per row half
 
+// The chunk's lg and beta into lg[], bet[] (padding rows: beta 0). Ends with a barrier.
+void load_chunk_rows(Chunk k, uint tid) {
+  if (tid < CH) {
+    lg[tid] = chunk_lg(k, tid);
+    bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
+  }
+  barrier();
+}
+
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
 #ifdef MATRIX_UNITS

@@ -28,11 +28,7 @@ void main() {
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   const uint slots = max(nch, 2u) - 1u;
   const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
-  if (tid < CH) {
-    lg[tid] = chunk_lg(k, tid);
-    bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
-  }
-  barrier();
+  load_chunk_rows(k, tid);
   const float lgam = lg[CH - 1u];
 
   const uint r = tid % D, half_ = tid / D;
