@@ -114,8 +114,8 @@ void main() {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(dst[rt], sh, sl);
-      coopMatLoadNV(bh_, kh, 16u * rt, DP, true);
-      coopMatLoadNV(bl, kl, 16u * rt, DP, true);
+      coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
+      coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
     }
     du = unsplit(du, du_lo);
@@ -134,10 +134,10 @@ void main() {
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
-      coopMatLoadNV(qb, qh, 16u * rt, DP, false);
-      coopMatLoadNV(ql_, ql, 16u * rt, DP, false);
-      coopMatLoadNV(wb, wh, 16u * rt, DP, false);
-      coopMatLoadNV(wl_, wl, 16u * rt, DP, false);
+      coopMatLoadNV(qb, qh, 4u * rt, DP, false);
+      coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
+      coopMatLoadNV(wb, wh, 4u * rt, DP, false);
+      coopMatLoadNV(wl_, wl, 4u * rt, DP, false);
       F32M acc = dst[rt] * gam, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
       MMA_SPLIT(acc, lo, uh, ul, wb, wl_)

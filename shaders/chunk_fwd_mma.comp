@@ -77,11 +77,11 @@ void main() {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(st[rt], sh, sl);
-      coopMatLoadNV(bh_, wh, 16u * rt, DP, true);
-      coopMatLoadNV(bl, wl, 16u * rt, DP, true);
+      coopMatLoadNV(bh_, wh, 4u * rt, DP, true);
+      coopMatLoadNV(bl, wl, 4u * rt, DP, true);
       MMA_SPLIT(u, u_lo, sh, sl, bh_, bl)
-      coopMatLoadNV(bh_, qh, 16u * rt, DP, true);
-      coopMatLoadNV(bl, ql, 16u * rt, DP, true);
+      coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
+      coopMatLoadNV(bl, ql, 4u * rt, DP, true);
       MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
     }
     u = unsplit(u, u_lo);
@@ -116,8 +116,8 @@ void main() {
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M bh_, bl;
-      coopMatLoadNV(bh_, kh, 16u * rt, DP, false);
-      coopMatLoadNV(bl, kl, 16u * rt, DP, false);
+      coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
+      coopMatLoadNV(bl, kl, 4u * rt, DP, false);
       F32M acc = st[rt] * gam, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
       st[rt] = unsplit(acc, lo);

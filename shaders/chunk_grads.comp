@@ -59,8 +59,8 @@ shared float red_extra[256u / 8u];
 #ifdef MATRIX_UNITS
 // ---- the key-dim pair dots on the matrix units (CH = 16: one tile of rows) ----
 #define QC 32u   // key dims staged per round (a quarter of D)
-#define QP 40u   // row stride (halves) of the stage: rows 80 bytes apart, in distinct banks
-shared float16_t st_hi[2u * 16u * QP], st_lo[2u * 16u * QP];  // k^, dW: [operand][row i][r]
+#define QP 10u   // row stride (uvec2s: 4 halves) of the stage: rows 80 bytes apart, in distinct banks
+shared uvec2 st_hi[2u * 16u * QP], st_lo[2u * 16u * QP];  // k^, dW: [operand][row i][r], fp16 pairs
 shared float pp[2u * 256u];                                   // G, dW K^T: [pair][i][j]
 
 // The key-dim pair dots G = K K^T (subgroup 0) and dW K^T (subgroup 1) into pp, [pair][i][j].
@@ -74,15 +74,15 @@ void matrix_key_products(Chunk k, uint tid) {
     if (i < k.L)
       [[unroll]] for (uint c = 0u; c < 4u; ++c) x[c] = which == 0u ? k_at(k, i, rr + c) : dw[head_row(k, i) * D + rr + c];
     barrier();  // the previous round's readers are done
-    PUT_SPLIT(st_hi, st_lo, (which * 16u + i) * QP + 4u * (tid % 8u), x)
+    PUT_SPLIT4(st_hi, st_lo, (which * 16u + i) * QP + tid % 8u, x)
     barrier();
     if (sg < 2u)
       [[unroll]] for (uint ct = 0u; ct < QC / 16u; ++ct) {
         F16M ah, al, bh, bl;  // A = k^ or dW [i][r], B = k^T: column-major loads of the stage
-        coopMatLoadNV(ah, st_hi, sg * 16u * QP + 16u * ct, QP, false);
-        coopMatLoadNV(al, st_lo, sg * 16u * QP + 16u * ct, QP, false);
-        coopMatLoadNV(bh, st_hi, 16u * ct, QP, true);
-        coopMatLoadNV(bl, st_lo, 16u * ct, QP, true);
+        coopMatLoadNV(ah, st_hi, sg * 16u * QP + 4u * ct, QP, false);
+        coopMatLoadNV(al, st_lo, sg * 16u * QP + 4u * ct, QP, false);
+        coopMatLoadNV(bh, st_hi, 4u * ct, QP, true);
+        coopMatLoadNV(bl, st_lo, 4u * ct, QP, true);
         MMA_SPLIT(acc, lo, ah, al, bh, bl)
       }
   }

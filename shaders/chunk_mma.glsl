@@ -11,14 +11,15 @@
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, w4 ([B, T, nv, D/4]) and p4 ([B, T, nv, CH/4]).
 #define NSG 8u
 
-// Staged [row i][element r] operators, rows DP halves apart (272 bytes: the 8 rows of one 128-bit
-// matrix load phase fall in distinct banks); P [i][j] rows PP apart (48 bytes, likewise).
-#define DP 136u
-#define PP 24u
-shared float16_t kh[16u * DP], kl[16u * DP];  // K~ hi, lo
-shared float16_t qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
-shared float16_t wh[16u * DP], wl[16u * DP];  // -W hi, lo
-shared float16_t ph[16u * PP], pl[16u * PP];  // P hi, lo
+// Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
+// and array; the matrix loads index them in uvec2s), rows DP uvec2s apart (272 bytes: the 8 rows of
+// one 128-bit matrix load phase fall in distinct banks); P [i][j] rows PP apart (48 bytes, likewise).
+#define DP 34u
+#define PP 6u
+shared uvec2 kh[16u * DP], kl[16u * DP];  // K~ hi, lo
+shared uvec2 qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
+shared uvec2 wh[16u * DP], wl[16u * DP];  // -W hi, lo
+shared uvec2 ph[16u * PP], pl[16u * PP];  // P hi, lo
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
@@ -64,10 +65,10 @@ Operators fetch_operators(Chunk k, uint tid) {
 // Stages K~, Q~, -W and P, split into fp16 pairs. Between two workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint at = (tid / 32u + 8u * e) * DP + 4u * (tid % 32u);
-    PUT_SPLIT(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
-    PUT_SPLIT(qh, ql, at, exp(f.lgi[e]) * f.q[e])
-    PUT_SPLIT(wh, wl, at, -f.w[e])
+    const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
+    PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
+    PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * f.q[e])
+    PUT_SPLIT4(wh, wl, at, -f.w[e])
   }
-  if (tid < 64u) PUT_SPLIT(ph, pl, (tid / 4u) * PP + 4u * (tid % 4u), f.p)
+  if (tid < 64u) PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
 }

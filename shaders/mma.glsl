@@ -18,12 +18,14 @@
 // arithmetic, so that no compiler folds fp16(fp32(fp16(x))) - x to 0 (one did: the lo halves vanished).
 vec4 hi_part(vec4 x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
 float hi_part(float x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
-// Stores x (4 consecutive elements of the fp16 arrays hi and lo from `at`) split into its pair.
-#define PUT_SPLIT(hi, lo, at, x)                                                 \
-  {                                                                              \
-    const vec4 x_ = (x), h_ = hi_part(x_);                                       \
-    const f16vec4 hh_ = f16vec4(h_), ll_ = f16vec4((x_ - h_) * LO);              \
-    [[unroll]] for (uint c_ = 0u; c_ < 4u; ++c_) { hi[(at) + c_] = hh_[c_]; lo[(at) + c_] = ll_[c_]; } \
+// Stores x (4 consecutive elements) split into its pair, at element `at` of the arrays hi and lo of
+// uvec2 (4 halves each: one 64-bit store per array). Matrix loads index such arrays in uvec2s.
+uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2x16(f16vec2(x.zw))); }
+#define PUT_SPLIT4(hi, lo, at, x)              \
+  {                                            \
+    const vec4 x_ = (x), h_ = hi_part(x_);     \
+    hi[at] = pack_half4(h_);                   \
+    lo[at] = pack_half4((x_ - h_) * LO);       \
   }
 // The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
 void split(F32M x, out F16M hi, out F16M lo) {

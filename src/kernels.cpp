@@ -131,6 +131,11 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
+// chunk_values_mma: the two states' 16 rows and the four operands' 16 columns as fp16 pairs, one
+// fp32 16 x 16 tile per subgroup (8); lg, bet and the subgroups' sums.
+constexpr std::uint32_t chunk_values_mma_shared() {
+  return (2 * 2 * 16 * 136 + 2 * 4 * 16 * 24) * 2 + (8 * 256 + 2 * 16 + 8) * 4;
+}
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
@@ -157,7 +162,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max(matrix_pass_shared(), chunk_grads_mma_shared());
+  const auto bytes = std::max({matrix_pass_shared(), chunk_values_mma_shared(), chunk_grads_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
            std::to_string(info.max_shared_memory);
@@ -176,7 +181,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings,
-                              chunk_values_shared(ch), {32, ch}, 32);
+                              chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
