@@ -55,11 +55,20 @@ void main() {
   F32M st[8];  // S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
+  // A chunk's operators and U' are loaded while the chunk before updates its state (their registers
+  // are free then), so that their latency is off the serial chain.
+  Operators next;
+  vec4 up_next[2];
+  {
+    const Chunk k0 = chunk_of(b, h, 0u);
+    next = fetch_operators(k0, tid);
+    FETCH_TILE(up4, k0, lane, col0, up_next)
+  }
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
-    const Operators cur = fetch_operators(k, tid);
-    vec4 up[2], z[2];
-    FETCH_TILE(up4, k, lane, col0, up)
+    const Operators cur = next;
+    const vec4 up[2] = up_next;
+    vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done
     stage_operators(cur, tid);
@@ -112,8 +121,14 @@ void main() {
       if (lane % 2u == 0u) rowsq[sg * 16u + i] = sq;
     }
 
-    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
     const float gam = exp(cur.lgam);
+    if (c + 1u < nch) {  // (chunk c + 1's rows of up4: this chunk's U went to its own)
+      const Chunk k1 = chunk_of(b, h, c + 1u);
+      next = fetch_operators(k1, tid);
+      FETCH_TILE(up4, k1, lane, col0, up_next)
+    }
+
+    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M bh_, bl;
       coopMatLoadNV(bh_, kh, 4u * rt, DP, false);

@@ -77,20 +77,6 @@ void stage_round(Round f, uint tid) {
   PUT_SPLIT4(op_hi, op_lo, ((tid / 64u) * 16u + (tid / 4u) % 16u) * OPP + tid % 4u, f.op)
 }
 
-// Writes rows i < L of the subgroup's tile x, times scale(i), to buf[row(i) * stride + off + column].
-#define STORE_ROWS(x, buf, stride, off, scale)                                                 \
-  {                                                                                            \
-    coopMatStoreNV(x, tiles, t_at, 16u, false);                                                \
-    subgroupMemoryBarrierShared();                                                             \
-    subgroupBarrier();                                                                         \
-    if (i_out < k.L) {                                                                         \
-      const uint base_ = head_row(k, i_out) * (stride) + (off) + 16u * sg + 8u * (lane % 2u);  \
-      const float s_ = (scale);                                                                \
-      [[unroll]] for (uint e_ = 0u; e_ < 8u; ++e_) buf[base_ + e_] = s_ * tiles[t_lane + e_];  \
-    }                                                                                          \
-    subgroupBarrier();                                                                         \
-  }
-
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint wg = linear_group();  // (b*nv + h)*nch + c
@@ -148,14 +134,11 @@ void main() {
     }
   }
 
-  // Out: the lane's 8 elements of a tile are row i_out = lane / 2, columns 8 (lane % 2) ..
-  const uint t_at = sg * 256u, t_lane = t_at + (lane / 2u) * 16u + 8u * (lane % 2u), i_out = lane / 2u;
-  x1 = unsplit(x1, x1_lo);
-  STORE_ROWS(x1, rec, RW, 0u, exp(lg[i_out]))
-  x2 = unsplit(x2, x2_lo);
-  STORE_ROWS(x2, rec, RW, D, exp(lgam - lg[i_out]))  // the dK~ term (in dK-)
-  w = unsplit(w, w_lo);
-  STORE_ROWS(w, dw, D, 0u, -1.0)
+  // Out, through the subgroup's tile: rows i < L, its 16 columns.
+  const uint t_at = sg * 256u, col0 = 16u * sg;
+  STORE_TILE(unsplit(x1, x1_lo), t_at, lane, k.L, rec, head_row(k, i_) * RW + col0, exp(lg[i_]))
+  STORE_TILE(unsplit(x2, x2_lo), t_at, lane, k.L, rec, head_row(k, i_) * RW + D + col0, exp(lgam - lg[i_]))  // the dK~ term (in dK-)
+  STORE_TILE(unsplit(w, w_lo), t_at, lane, k.L, dw, head_row(k, i_) * D + col0, -1.0)
   if (sg < 2u) coopMatStoreNV(unsplit(pd, pd_lo), pairs, (wg * 2u + sg) * 256u, 16u, false);  // [i][j]
 
   extra = subgroupAdd(extra);

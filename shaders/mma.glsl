@@ -44,3 +44,19 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
     lo = coopMatMulAddNV(ah, bl, lo);        \
     acc = coopMatMulAddNV(ah, bh, acc);      \
   }
+
+// Writes a subgroup's fp32 16 x 16 result x, through its tile `tiles` [i][16] from t_at, to rows
+// i < rows of a tensor: element (i, col) becomes buf[ROW_AT + col] = SCALE * x, where ROW_AT and SCALE
+// may use i_. Lane l moves column l % 16 of rows 2 q + l / 16, so that each store instruction writes
+// two whole 64-byte rows (a lane per row pair and 8 columns wrote 32 partial sectors per instruction).
+#define STORE_TILE(x, t_at, lane, rows, buf, ROW_AT, SCALE)               \
+  {                                                                       \
+    coopMatStoreNV(x, tiles, t_at, 16u, false);                           \
+    subgroupMemoryBarrierShared();                                        \
+    subgroupBarrier();                                                    \
+    [[unroll]] for (uint q_ = 0u; q_ < 8u; ++q_) {                        \
+      const uint i_ = 2u * q_ + (lane) / 16u, c_ = (lane) % 16u;          \
+      if (i_ < (rows)) buf[(ROW_AT) + c_] = (SCALE) * tiles[(t_at) + i_ * 16u + c_]; \
+    }                                                                     \
+    subgroupBarrier();                                                    \
+  }

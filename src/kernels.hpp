@@ -62,12 +62,13 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 /// units its forward (elsewhere the forward is the column-split one).
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
-  /// chunk_dstate, chunk_values and chunk_grads on the matrix units (chunk_dstate_mma.comp; the
-  /// other two built with MATRIX_UNITS); null where they do not run. chunk_dstate_mma takes
+  /// chunk_dstate, chunk_values and chunk_grads on the matrix units (chunk_dstate_mma.comp,
+  /// chunk_values_mma.comp, chunk_grads.comp built with MATRIX_UNITS); null where they do not run.
+  /// chunk_dstate_mma takes
   /// kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate kColumnBlocks.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_values_mma, chunk_grads_mma;
-  /// The matrix units' chunked forward: chunk_prep's FORWARD build, then chunk_fwd_mma (one
-  /// workgroup per (window, v-head)); null where the matrix units do not run.
+  /// The matrix units' chunked forward: chunk_prep's FORWARD build (one workgroup per chunk), then
+  /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
   std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
