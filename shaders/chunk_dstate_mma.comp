@@ -51,9 +51,8 @@ void main() {
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and dU on its way out
   const uint t_lane = tile_lane(lane);
-  // The lane's share of the norm: row lane / 2 of each chunk, columns col0 + 8 (lane % 2) ..
-  const uint i = lane / 2u;
-  const vec4 nw[2] = {norm4[(col0 + 8u * (lane % 2u)) / 4u], norm4[(col0 + 8u * (lane % 2u)) / 4u + 1u]};
+  // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
+  const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   F32M dst[8];  // dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
@@ -66,28 +65,31 @@ void main() {
     FETCH_TILE(o4, k, lane, col0, o)
     FETCH_TILE(z4, k, lane, col0, z)
     FETCH_TILE(dout4, k, lane, col0, g)
-    const float inv = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
-    float part = 0.0;
+    float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      wd[e] = nw[e] * silu(z[e]) * g[e];
-      part += dot(wd[e], o[e]);
+      const uint i = tile_row(lane, e);
+      inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
+      wd[e] = nw * silu(z[e]) * g[e];
+      part[e] = dot(wd[e], o[e]);
+      part[e] += subgroupShuffleXor(part[e], 1u);  // the 4 lanes of row i
+      part[e] += subgroupShuffleXor(part[e], 2u);
     }
-    part += subgroupShuffleXor(part, 1u);  // the lane pair of row i
     barrier();  // the previous chunk's readers of the staged operands and of rowdot are done
     stage_operators(cur, tid);
-    if (lane % 2u == 0u) rowdot[sg * 16u + i] = part;
+    if (lane % 4u == 0u)
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) rowdot[sg * 16u + tile_row(lane, e)] = part[e];
     barrier();
     {
-      float dot_ = 0.0;
-      [[unroll]] for (uint s = 0u; s < NSG; ++s) dot_ += rowdot[s * 16u + i];
-      const float coef = dot_ / float(D) * inv * inv * inv;
-      const uint at = (head_row(k, min(i, k.L - 1u)) * D + col0 + 8u * (lane % 2u)) / 4u;
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-        const vec4 dO = inv * wd[e] - o[e] * coef;
-        put_tile(t_do + t_lane + 4u * e, dO);
+        const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
+        float dot_ = 0.0;
+        [[unroll]] for (uint s = 0u; s < NSG; ++s) dot_ += rowdot[s * 16u + i];
+        const float coef = dot_ / float(D) * inv[e] * inv[e] * inv[e];
+        const vec4 dO = inv[e] * wd[e] - o[e] * coef;
+        put_tile(t_do + t_lane + 128u * e, dO);
         if (i < k.L) {
-          do4[at + e] = dO;
-          dz4[at + e] = g[e] * o[e] * inv * nw[e] * silu_bwd(z[e]);
+          do4[at] = dO;
+          dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
         }
       }
       subgroupMemoryBarrierShared();
@@ -122,11 +124,8 @@ void main() {
     coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    if (i < k.L) {
-      const uint at = (head_row(k, i) * D + col0 + 8u * (lane % 2u)) / 4u;
-      du4[at] = tile4_at(t_du + t_lane);
-      du4[at + 1u] = tile4_at(t_du + t_lane + 4u);
-    }
+    [[unroll]] for (uint e = 0u; e < 2u; ++e)
+      if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = tile4_at(t_du + t_lane + 128u * e);
 
     // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
     F16M uh, ul;

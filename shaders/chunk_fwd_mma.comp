@@ -49,8 +49,8 @@ void main() {
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: U' (then U on its way out), O
   const uint t_lane = tile_lane(lane);
-  // The lane's share of the norm: row lane / 2 of each chunk, columns col0 + 8 (lane % 2) ..
-  const vec4 nw[2] = {norm4[(col0 + 8u * (lane % 2u)) / 4u], norm4[(col0 + 8u * (lane % 2u)) / 4u + 1u]};
+  // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
+  const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   F32M st[8];  // S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
@@ -72,7 +72,7 @@ void main() {
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 4u * e, up[e]);
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 128u * e, up[e]);
     barrier();
 
     // The state at the chunk's start, for the backward (chunk 0 starts at zero: not stored).
@@ -107,18 +107,18 @@ void main() {
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    const uint i = lane / 2u, at = (head_row(k, min(i, k.L - 1u)) * D + col0 + 8u * (lane % 2u)) / 4u;
-    const vec4 o8[2] = {tile4_at(t_o + t_lane), tile4_at(t_o + t_lane + 4u)};
-    if (pc.keep != 0u && i < k.L) {
-      up4[at] = tile4_at(t_u + t_lane);
-      up4[at + 1u] = tile4_at(t_u + t_lane + 4u);
-      o4[at] = o8[0];
-      o4[at + 1u] = o8[1];
-    }
-    {
-      float sq = dot(o8[0], o8[0]) + dot(o8[1], o8[1]);
-      sq += subgroupShuffleXor(sq, 1u);  // the lane pair of row i
-      if (lane % 2u == 0u) rowsq[sg * 16u + i] = sq;
+    vec4 o8[2];  // the lane's elements of O
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
+      o8[e] = tile4_at(t_o + t_lane + 128u * e);
+      if (pc.keep != 0u && i < k.L) {
+        up4[at] = tile4_at(t_u + t_lane + 128u * e);
+        o4[at] = o8[e];
+      }
+      float sq = dot(o8[e], o8[e]);
+      sq += subgroupShuffleXor(sq, 1u);  // the 4 lanes of row i
+      sq += subgroupShuffleXor(sq, 2u);
+      if (lane % 4u == 0u) rowsq[sg * 16u + i] = sq;
     }
 
     const float gam = exp(cur.lgam);
@@ -141,12 +141,15 @@ void main() {
     // The norm, once every subgroup's row sums are in (the next chunk's writes of rowsq come after
     // its first barrier, by when these reads are done).
     barrier();
-    if (i < k.L) {
-      float sq = 0.0;
-      [[unroll]] for (uint g = 0u; g < NSG; ++g) sq += rowsq[g * 16u + i];
-      const float inv = 1.0 / sqrt(sq / float(D) + pc.eps);
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) out4[at + e] = o8[e] * inv * nw[e] * silu(z[e]);
-      if (pc.keep != 0u && sg == 0u && lane % 2u == 0u) inv_rms[head_row(k, i)] = inv;
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      const uint i = tile_row(lane, e);
+      if (i < k.L) {
+        float sq = 0.0;
+        [[unroll]] for (uint g = 0u; g < NSG; ++g) sq += rowsq[g * 16u + i];
+        const float inv = 1.0 / sqrt(sq / float(D) + pc.eps);
+        out4[tile_at(k, i, col0, lane)] = o8[e] * inv * nw * silu(z[e]);
+        if (pc.keep != 0u && sg == 0u && lane % 4u == 0u) inv_rms[head_row(k, i)] = inv;
+      }
     }
   }
 }

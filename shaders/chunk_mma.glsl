@@ -25,15 +25,21 @@ shared float tiles[NSG * 2u * 256u];
 
 void put_tile(uint at, vec4 x) { tiles[at] = x.x; tiles[at + 1u] = x.y; tiles[at + 2u] = x.z; tiles[at + 3u] = x.w; }
 vec4 tile4_at(uint at) { return vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]); }
-// The 8 elements of a subgroup's 16 x 16 tile that lane `lane` moves: row lane / 2, columns 8 (lane % 2) ..
-uint tile_lane(uint lane) { return (lane / 2u) * 16u + 8u * (lane % 2u); }
-// Loads into x[2] the lane's 8 elements of a chunk's rows of a [B, T, nv*D] tensor (vec4 array buf4)
-// at the subgroup's 16 columns from col0; rows past the chunk are zero.
-#define FETCH_TILE(buf4, k, lane, col0, x)                                                                   \
-  {                                                                                                          \
-    const uint i_ = (lane) / 2u;                                                                             \
-    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_)                                                             \
-      x[e_] = i_ < (k).L ? buf4[(head_row(k, i_) * D + (col0) + 8u * ((lane) % 2u) + 4u * e_) / 4u] : vec4(0.0); \
+// The 8 elements of a subgroup's 16 x 16 tile [i][column] that lane `lane` moves, as two vec4: rows
+// tile_row(lane, e) = lane / 4 + 8 e (e = 0, 1), columns 4 (lane % 4) .. 4 (lane % 4) + 3, so that a
+// vec4 load or store instruction of the subgroup covers 8 whole 64-byte rows. tile_lane is the
+// first's offset in the tile (the second is 128 further).
+uint tile_row(uint lane, uint e) { return lane / 4u + 8u * e; }
+uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
+// vec4 index of the lane's element e in a [B, T, nv*D] tensor's row of chunk row i (clamped into the
+// chunk), at the subgroup's 16 columns from col0.
+uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i, k.L - 1u)) * D + col0 + 4u * (lane % 4u)) / 4u; }
+// Loads into x[2] the lane's elements of a chunk's rows of a [B, T, nv*D] tensor (vec4 array buf4) at
+// the subgroup's 16 columns from col0; rows past the chunk are zero.
+#define FETCH_TILE(buf4, k, lane, col0, x)                                                          \
+  {                                                                                                 \
+    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_)                                                    \
+      x[e_] = tile_row(lane, e_) < (k).L ? buf4[tile_at(k, tile_row(lane, e_), col0, lane)] : vec4(0.0); \
   }
 
 // One invocation's share of a chunk's operators.
