@@ -53,12 +53,14 @@ void load_chunk_gates(Chunk k, uint tid) {
     bet[tid] = be;
   }
   barrier();
-  for (uint off = 1u; off < CH; off <<= 1u) {  // Hillis-Steele scan: CH is small
-    const float add = (tid < CH && tid >= off) ? lg[tid - off] : 0.0;
-    barrier();
-    if (tid < CH) lg[tid] += add;
-    barrier();
+  if (tid == 0u) {  // the scan, serially: CH adds cost less than a barrier per step of a parallel one
+    float acc = 0.0;
+    for (uint i = 0u; i < CH; ++i) {
+      acc += lg[i];
+      lg[i] = acc;
+    }
   }
+  barrier();
 }
 #else
 // lg of row i of the chunk as chunk_prep stored it ([B, T, nv]); padding rows repeat the last.

@@ -102,16 +102,18 @@ void main() {
   for (uint e = tid; e < CH * CHP; e += 256u)
     if (e % CHP >= CH) sp4[e / 4u][e % 4u] = 0.0;  // the padding columns
   barrier();
-  // T row by row (forward substitution): T[i][m] = [i == m] - sum_{m <= j < i} A[i][j] T[j][m].
-  for (uint i = 0u; i < CH; ++i) {
-    if (tid < CH) {
-      const uint m = tid;
+  // T by forward substitution, T[i][m] = [i == m] - sum_{m <= j < i} A[i][j] T[j][m]: column m depends
+  // on nothing but itself, so invocation m makes it alone (its own writes of T^T [m][.] are all it
+  // reads back) and one barrier follows, not one per row.
+  if (tid < CH) {
+    const uint m = tid;
+    for (uint i = 0u; i < CH; ++i) {
       float x = i == m ? 1.0 : 0.0;
       for (uint j = m; j < i; ++j) x = fma(-sa[i * CH + j], st4[(m * CHP + j) / 4u][j % 4u], x);
       st4[(m * CHP + i) / 4u][i % 4u] = x;
     }
-    barrier();
   }
+  barrier();
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     if (i < k.L) t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
