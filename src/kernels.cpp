@@ -67,13 +67,13 @@ constexpr std::uint32_t rec_bwd2_shared(std::uint32_t cs, std::uint32_t sg) {
 }
 }  // namespace
 
-SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_forward) {
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_backward) {
   SubgroupKernels k;
   k.subgroup_size = sg;
-  if (with_forward) k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
+  k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
   k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, kD * 4);
   k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, kD * 4);
-  k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 9, 2 * kD * 4);
+  if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 9, 2 * kD * 4);
   return k;
 }
 

@@ -47,7 +47,7 @@ struct PerHeadKernels {
 /// The column-split family (shaders/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
 struct SubgroupKernels {
   std::uint32_t subgroup_size = 0;
-  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // rec_fwd2: null where not built
+  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // qk_bwd2: null where not built
   /// rec_bwd2 holds a segment's states in registers: one pipeline per segment length, built on demand.
   std::map<std::uint32_t, std::unique_ptr<gpu::Pipeline>> rec_bwd2;
   const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
@@ -92,8 +92,9 @@ struct SubgroupChoice {
   std::string why_not;
 };
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
-/// `with_forward`: also rec_fwd2 (not where the matrix units' chunked forward replaces it).
-SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size, bool with_forward = true);
+/// The column-split forward (rec_fwd2, norm_fwd2) and the norm's backward (norm_bwd2), which the
+/// chunked family on CUDA cores runs too; `with_backward`: also qk_bwd2 (the chunked family has its own).
+SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size, bool with_backward);
 /// Empty where the column-split backward fits the device at checkpoint interval `cs`, else why not.
 std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs);
 

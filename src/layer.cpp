@@ -157,8 +157,8 @@ struct LayerImpl {
                        chunked_matrix_why_not(dev.info(), std::uint32_t(cfg.checkpoint_interval)).empty();
     if (cfg.variant == Variant::PerHead)
       per_head = build_per_head(dev);
-    else  // the matrix units' chunked forward replaces rec_fwd2
-      subgroup = build_subgroup(dev, subgroup_size, !cfg.matrix_units);
+    else if (!cfg.matrix_units)  // the matrix units' chunked passes replace every column-split kernel
+      subgroup = build_subgroup(dev, subgroup_size, cfg.variant == Variant::Subgroup);
     if (cfg.variant == Variant::Chunked)
       chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval), cfg.matrix_units);
   }
