@@ -39,7 +39,6 @@ layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
 
-shared float rowdot[NSG * 16u];  // [subgroup][row i]: <w dout, o> over the subgroup's 16 columns
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -71,20 +70,15 @@ void main() {
       inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
       wd[e] = nw * silu(z[e]) * g[e];
       part[e] = dot(wd[e], o[e]);
-      part[e] += subgroupShuffleXor(part[e], 1u);  // the 4 lanes of row i
-      part[e] += subgroupShuffleXor(part[e], 2u);
     }
-    barrier();  // the previous chunk's readers of the staged operands and of rowdot are done
+    barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     stage_operators(cur, tid);
-    if (lane % 4u == 0u)
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) rowdot[sg * 16u + tile_row(lane, e)] = part[e];
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
     {
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
         const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-        float dot_ = 0.0;
-        [[unroll]] for (uint s = 0u; s < NSG; ++s) dot_ += rowdot[s * 16u + i];
-        const float coef = dot_ / float(D) * inv[e] * inv[e] * inv[e];
+        const float coef = row_total(i) / float(D) * inv[e] * inv[e] * inv[e];
         const vec4 dO = inv[e] * wd[e] - o[e] * coef;
         put_tile(t_do + t_lane + 128u * e, dO);
         if (i < k.L) {

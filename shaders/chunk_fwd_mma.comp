@@ -37,7 +37,6 @@ layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B,
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
 
-shared float rowsq[NSG * 16u];  // [subgroup][row i]: the sum of O^2 over the subgroup's 16 columns
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -115,10 +114,7 @@ void main() {
         up4[at] = tile4_at(t_u + t_lane + 128u * e);
         o4[at] = o8[e];
       }
-      float sq = dot(o8[e], o8[e]);
-      sq += subgroupShuffleXor(sq, 1u);  // the 4 lanes of row i
-      sq += subgroupShuffleXor(sq, 2u);
-      if (lane % 4u == 0u) rowsq[sg * 16u + i] = sq;
+      put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
     }
 
     const float gam = exp(cur.lgam);
@@ -138,15 +134,13 @@ void main() {
       st[rt] = unsplit(acc, lo);
     }
 
-    // The norm, once every subgroup's row sums are in (the next chunk's writes of rowsq come after
-    // its first barrier, by when these reads are done).
+    // The norm, once every subgroup's row sums are in (the next chunk's writes of row_part come
+    // after its first barrier, by when these reads are done).
     barrier();
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
       if (i < k.L) {
-        float sq = 0.0;
-        [[unroll]] for (uint g = 0u; g < NSG; ++g) sq += rowsq[g * 16u + i];
-        const float inv = 1.0 / sqrt(sq / float(D) + pc.eps);
+        const float inv = 1.0 / sqrt(row_total(i) / float(D) + pc.eps);
         out4[tile_at(k, i, col0, lane)] = o8[e] * inv * nw * silu(z[e]);
         if (pc.keep != 0u && sg == 0u && lane % 4u == 0u) inv_rms[head_row(k, i)] = inv;
       }

@@ -42,6 +42,22 @@ uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i,
       x[e_] = tile_row(lane, e_) < (k).L ? buf4[tile_at(k, tile_row(lane, e_), col0, lane)] : vec4(0.0); \
   }
 
+// The gated RMSNorm's row sums over D columns (chunk_fwd_mma, chunk_dstate_mma): each subgroup's
+// share of row i (its 16 columns) waits in row_part[subgroup][i] for a barrier, then row_total(i)
+// adds the 8 shares. Needs GL_KHR_shader_subgroup_shuffle.
+shared float row_part[NSG * 16u];
+// Sums x over the 4 lanes that hold row tile_row(lane, e), and stores it as the subgroup's share.
+void put_row_part(float x, uint sg, uint lane, uint e) {
+  x += subgroupShuffleXor(x, 1u);
+  x += subgroupShuffleXor(x, 2u);
+  if (lane % 4u == 0u) row_part[sg * 16u + tile_row(lane, e)] = x;
+}
+float row_total(uint i) {
+  float x = 0.0;
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) x += row_part[g * 16u + i];
+  return x;
+}
+
 // One invocation's share of a chunk's operators.
 struct Operators {
   vec4 k[2], q[2], w[2];  // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^, W

@@ -116,10 +116,12 @@ void main() {
   barrier();
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
-    if (i < k.L) t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
+    if (i >= k.L) continue;
 #ifdef FORWARD
-    if (i < k.L) p_out[head_row(k, i) * CH + j] = sp4[(i * CHP + j) / 4u][j % 4u];
+    p_out[head_row(k, i) * CH + j] = sp4[(i * CHP + j) / 4u][j % 4u];
+    if (pc.keep == 0u) continue;  // T only where a tape keeps it for the backward
 #endif
+    t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
   }
   // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r] and (P^T dO)[i][r] = sum_{m >= i} P[m][i] dO[m][r]
   // (FORWARD: U'[i][r] = sum_{j <= i} T[i][j] beta_j v_j[r]): invocation (r, half) owns rows
