@@ -31,8 +31,8 @@ vec4 tile4_at(uint at) { return vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], 
 // first's offset in the tile (the second is 128 further).
 uint tile_row(uint lane, uint e) { return lane / 4u + 8u * e; }
 uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
-// vec4 index of the lane's element e in a [B, T, nv*D] tensor's row of chunk row i (clamped into the
-// chunk), at the subgroup's 16 columns from col0.
+// vec4 index, in a [B, T, nv*D] tensor, of the lane's 4 columns (of the subgroup's 16 from col0) in
+// the row of chunk row i (clamped into the chunk).
 uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i, k.L - 1u)) * D + col0 + 4u * (lane % 4u)) / 4u; }
 // Loads into x[2] the lane's elements of a chunk's rows of a [B, T, nv*D] tensor (vec4 array buf4) at
 // the subgroup's 16 columns from col0; rows past the chunk are zero.
