@@ -39,7 +39,6 @@ layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
 
-
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint bh = linear_group();  // b*nv + h

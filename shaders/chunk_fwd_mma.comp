@@ -37,7 +37,6 @@ layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B,
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
 
-
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint bh = linear_group();  // b*nv + h
