@@ -64,8 +64,8 @@ struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
   /// chunk_dstate, chunk_values and chunk_grads on the matrix units (chunk_dstate_mma.comp,
   /// chunk_values_mma.comp, chunk_grads.comp built with MATRIX_UNITS); null where they do not run.
-  /// chunk_dstate_mma takes
-  /// kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate kColumnBlocks.
+  /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
+  /// kColumnBlocks.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_values_mma, chunk_grads_mma;
   /// The matrix units' chunked forward: chunk_prep's FORWARD build (one workgroup per chunk), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
