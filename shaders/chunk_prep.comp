@@ -3,8 +3,6 @@
 // intra-chunk operators (chunk.glsl): T = (I + A)^-1 and W = T diag(beta gamma) K, and the part of
 // the gradient of the chunk's u rows that stays inside the chunk, P^T dO (chunk_dstate adds the rest);
 // and stores the chunk's cumulative log gates lg for the other two passes.
-// The FORWARD build makes the operators of the matrix units' chunked forward (chunk_fwd_mma)
-// instead: W, U' = T diag(beta) V in place of P^T dO, P itself, and lg.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -13,14 +11,8 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T, nv, D]  rows of W
 layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
-#ifdef FORWARD
-layout(set = 0, binding = 5) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
-layout(set = 0, binding = 6) writeonly buffer Up { float du_out[]; };   // [B, T, nv*D] U' = T diag(beta) V
-layout(set = 0, binding = 8) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
-#else
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] P^T dO
-#endif
 layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
 
 #define CHUNK_GATES_FROM_SCAN
@@ -117,14 +109,10 @@ void main() {
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     if (i >= k.L) continue;
-#ifdef FORWARD
-    p_out[head_row(k, i) * CH + j] = sp4[(i * CHP + j) / 4u][j % 4u];
-    if (pc.keep == 0u) continue;  // T only where a tape keeps it for the backward
-#endif
     t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
   }
-  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r] and (P^T dO)[i][r] = sum_{m >= i} P[m][i] dO[m][r]
-  // (FORWARD: U'[i][r] = sum_{j <= i} T[i][j] beta_j v_j[r]): invocation (r, half) owns rows
+  // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r] and (P^T dO)[i][r] = sum_{m >= i} P[m][i] dO[m][r]:
+  // invocation (r, half) owns rows
   // half*HR .. half*HR + HR-1 of column r.
   {
     const uint r = tid % D, i0 = (tid / D) * HR;
@@ -135,22 +123,14 @@ void main() {
       [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {
         const uint j = min(j0 + jj, k.L - 1u);
         kj[jj] = bet[j] * exp(lg[j]) * k_at(k, j, r);
-#ifdef FORWARD
-        dj[jj] = bet[j] * y[(k.b * pc.t + k.t0 + j) * pc.c_dim + 2u * pc.nk * D + k.h * D + r];
-#else
         dj[jj] = do_in[head_row(k, j) * D + r];
-#endif
       }
       [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {
         const uint j = j0 + jj;
         if (j >= k.L) break;
         [[unroll]] for (uint s = 0u; s < HR / 4u; ++s) {
           w[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(kj[jj]), w[s]);
-#ifdef FORWARD
-          pd[s] = fma(st4[(j * CHP + i0) / 4u + s], vec4(dj[jj]), pd[s]);
-#else
           pd[s] = fma(sp4[(j * CHP + i0) / 4u + s], vec4(dj[jj]), pd[s]);
-#endif
         }
       }
     }

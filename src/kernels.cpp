@@ -118,6 +118,9 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
+// chunk_prep_fwd: k^ and q^ of a chunk [16][132], G and H, and per head of a batch of 4: lg, beta,
+// A and T.
+constexpr std::uint32_t chunk_prep_fwd_shared() { return (2 * 16 * 132 + 2 * 256 + 4 * (2 * 16 + 2 * 256)) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
@@ -162,7 +165,8 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max({matrix_pass_shared(), chunk_values_mma_shared(), chunk_grads_mma_shared()});
+  const auto bytes = std::max(
+      {chunk_prep_fwd_shared(), matrix_pass_shared(), chunk_values_mma_shared(), chunk_grads_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
            std::to_string(info.max_shared_memory);
@@ -184,7 +188,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep (forward)", spirv::chunk_prep_fwd, 9, chunk_prep_shared(ch), {sg, ch});
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 9, chunk_prep_fwd_shared());
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 11, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;

@@ -67,8 +67,9 @@ struct ChunkedKernels {
   /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
   /// kColumnBlocks.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_values_mma, chunk_grads_mma;
-  /// The matrix units' chunked forward: chunk_prep's FORWARD build (one workgroup per chunk), then
-  /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
+  /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
+  /// for the v-heads that share the k-head), then chunk_fwd_mma (one per (window, v-head)); null
+  /// where the matrix units do not run.
   std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;

@@ -72,7 +72,7 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
                                        // the matrix units' chunked forward: U' per chunk, then u per
                                        // step (with a tape)
-  // The matrix units' chunked forward's per-chunk operators (chunk_prep's FORWARD build), which
+  // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd), which
   // its backward reuses: [B, T, nv, X] with X = D (W), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
 
@@ -356,8 +356,8 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       r.dispatch(*chunked.chunk_prep_fwd,
                  {v(*f.qkn), v(*f.gates), v(a_log), v(*f.w), v(*f.tm), v(*f.y), v(*f.kv), v(*f.lgc), v(*f.pm)}, pc,
-                 std::uint64_t(B) * cfg.nv * pc.nseg);
-      r.mark("chunk_prep (forward)");
+                 std::uint64_t(B) * cfg.nk * pc.nseg);
+      r.mark("chunk_prep_fwd");
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv)},
                  pc, std::uint64_t(B) * cfg.nv);
