@@ -27,7 +27,7 @@ layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
-layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, pair slots, D cols, D rows]
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
 layout(set = 0, binding = 7) readonly buffer O4 { vec4 o4[]; };         // [B, T, nv*D/4] o before the norm (tape)
 layout(set = 0, binding = 8) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
@@ -45,7 +45,7 @@ void main() {
   if (bh >= pc.nb * pc.nv) return;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
   const uint b = bh / pc.nv, h = bh % pc.nv;
-  const uint slots = max(nch, 2u) - 1u;
+  const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and dU on its way out
   const uint t_lane = tile_lane(lane);
@@ -89,10 +89,11 @@ void main() {
       subgroupBarrier();  // the subgroup's dO tile is in
     }
 
-    // The chunk's end-state gradient dS [column][row], for chunk_values (the last chunk's is zero).
-    if (k.c + 1u < nch)
+    // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
+    // chunk_values_mma, which makes the one between them again (the last chunk's is zero).
+    if (k.c + 1u < nch && k.c % 2u == 1u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
 
     // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
     F32M dOt;  // dO^T

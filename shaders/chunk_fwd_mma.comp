@@ -28,7 +28,7 @@ layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T
 layout(set = 0, binding = 3) buffer Up4 { vec4 up4[]; };                // [B, T, nv*D/4] U' in, U out (tape)
 layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep, forward)
 layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm (tape)
-layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, pair slots, D cols, D rows]
 layout(set = 0, binding = 7) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
 layout(set = 0, binding = 8) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
 layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T, nv*D/4] the layer's output
@@ -43,7 +43,7 @@ void main() {
   if (bh >= pc.nb * pc.nv) return;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
   const uint b = bh / pc.nv, h = bh % pc.nv;
-  const uint slots = max(nch, 2u) - 1u;
+  const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // checkpoints: one per pair of chunks but the first
   const uint col0 = 16u * sg;                        // the subgroup's first state column
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: U' (then U on its way out), O
   const uint t_lane = tile_lane(lane);
@@ -73,10 +73,11 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 128u * e, up[e]);
     barrier();
 
-    // The state at the chunk's start, for the backward (chunk 0 starts at zero: not stored).
-    if (pc.keep != 0u && c > 0u)
+    // The state at the start of each pair of chunks, for the backward (chunk_values_mma makes the
+    // one between them again; chunk 0 starts at zero: not stored).
+    if (pc.keep != 0u && c > 0u && c % 2u == 0u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(st[rt], ck, ((bh * slots + c - 1u) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(st[rt], ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
 
     // U^T = U'^T - S^T W^T and O^T = S^T Q~^T, sharing the split of S^T (W^T, Q~^T: column-major loads)
     F32M u, u_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);

@@ -1,16 +1,23 @@
 #version 460
 // Chunked backward on the matrix units, pass 3 of 4: chunk_values.comp's products over the value dims,
 // as 16x16x16 products of GL_NV_cooperative_matrix (mma.glsl), one workgroup per (window b, v-head h,
-// chunk c), CH = 16. With S0 the chunk's start state (a checkpoint; zero for chunk 0) and dS its
-// end-state gradient (chunk_dstate_mma; zero for the last), both stored [column c][row r]:
-//   X1 = dO S0^T,   dW = -dU S0^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   Gamma <dS, S0>
-// A state stored [c][r] is, read row-major, the right operand S0^T [c][r] itself: X1 = dO (16 x D)
-// times that (D x D). The value dims c go through shared memory 16 at a time (8 rounds): the two
-// states' 16 rows [c][r] and the four operands' 16 columns [i][c], as fp16 pairs, loaded a round
-// ahead with coalesced vec4 reads (the states' 128 KiB per chunk are most of this pass's traffic).
-// Subgroup s makes columns r = 16 s .. 16 s + 15 of X1, dW and X2; subgroups 0 and 1 also the pair
-// dots dO U^T and dU V^T. Leaves what chunk_values leaves, for chunk_grads_mma: the records' first dq^
-// and dk^ terms gamma_i X1 and (Gamma / gamma_i) X2, dW, the pair dots and Gamma <dS, S0>.
+// pair of chunks a = 2p, b = 2p + 1), CH = 16. Per chunk, with S its start state and dS the gradient
+// of its end state, both stored [column c][row r]:
+//   X1 = dO S^T,   dW = -dU S^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   Gamma <dS, S>
+// The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
+// checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
+// the two chunks and its gradient are made here again, as the serial passes made them:
+//   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
+// so that the states, most of this pass's traffic, are read once per two chunks.
+// The layout: subgroup s owns key dims r = 16 s .. 16 s + 15 and makes every product transposed, with
+// the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that Sm^T and
+// dSm^T, made in registers, feed the next products without leaving them:
+//   X1^T = S^T dO^T,  dW^T = -S^T dU^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
+// The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
+// and the eight operands' (dO, dU, U, V of both chunks) 16 columns [i][c], as fp16 pairs, loaded
+// DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -W_b^T stay in registers.
+// Leaves what chunk_values leaves, per chunk, for chunk_grads_mma: the records' first dq^ and dk^
+// terms gamma_i X1 and (Gamma / gamma_i) X2, dW, the pair dots and Gamma <dS, S>.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -21,32 +28,40 @@ layout(constant_id = 0) const uint SG = 32;
 #define MATRIX_UNITS
 #include "chunk_grads.glsl"
 
-// vec4 views of chunk_grads.glsl's bindings.
+// vec4 views of chunk_grads.glsl's bindings, and the forward's W.
+layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
 layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, C/4]
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4]
 layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };    // [B, T, nv*D/4]
-layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, slots, D, D/4]
-layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, slots, D, D/4]
+layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, nv, D/4] W (the forward's)
 
 #define RC 16u    // value dims per round
-#define DEPTH 3u  // rounds of loads in flight (H200: 1.78, 1.58, 1.49, 1.50 ms at 1 to 4; 182 to 241 registers)
+#define DEPTH 2u  // rounds of loads in flight
 // The stages are arrays of uvec2 (4 halves: one 64-bit store per invocation and array), which the
 // matrix loads index in uvec2s.
 #define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
 #define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
-shared uvec2 st_hi[2u * RC * SDP], st_lo[2u * RC * SDP];    // S0, dS: [state][c][r]
-shared uvec2 op_hi[4u * 16u * OPP], op_lo[4u * 16u * OPP];  // dO, dU, U, V: [operand][i][c]
+shared uvec2 st_hi[2u * RC * SDP], st_lo[2u * RC * SDP];    // S0, dSe: [state][c][r]
+shared uvec2 op_hi[8u * 16u * OPP], op_lo[8u * 16u * OPP];  // dO, dU, U, V of a, then of b: [operand][i][c]
 shared float tiles[8u * 256u];  // per subgroup, one fp32 16 x 16 tile [i][r] on its way out
-shared float red[8u];           // per subgroup: its share of <dS, S0>
+shared float lgp[2u * 16u];     // lg of chunks a and b
+shared float red[2u * 8u];      // per chunk and subgroup: its share of <dS, S>
+// The operands' slots in op_hi, op_lo (chunk a; chunk b's are 4 further).
+#define OP_DO 0u
+#define OP_DU 1u
+#define OP_U 2u
+#define OP_V 3u
 
-// One invocation's loads of a round: vec4s tid and tid + 256 of each state's 16 x 128 rows, and vec4
-// tid of the operands' 4 x 16 x 16.
+// One invocation's loads of a round: vec4s tid and tid + 256 of each state's 16 x 128 rows, and of
+// the operands' 8 x 16 x 16.
 struct Round {
-  vec4 s0[2], ds[2], op;
+  vec4 s0[2], ds[2], op[2];
 };
 
-Round fetch_round(Chunk k, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
+Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
   Round f;
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint v = tid + 256u * e;  // row c0 + v / 32, elements 4 (v % 32) ..
@@ -54,15 +69,19 @@ Round fetch_round(Chunk k, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s
     f.s0[e] = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
     f.ds[e] = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
   }
-  const uint which = tid / 64u, i = (tid / 4u) % 16u, col = c0 + 4u * (tid % 4u);
-  f.op = vec4(0.0);
-  if (i < k.L) {
-    const uint bt = k.b * pc.t + k.t0 + i;
-    const uint at = ((bt * pc.nv + k.h) * D + col) / 4u;
-    if (which == 0u) f.op = do4[at];
-    else if (which == 1u) f.op = du4[at];
-    else if (which == 2u) f.op = u4[at];
-    else f.op = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint v = tid + 256u * e, slot = v / 64u, i = (v / 4u) % 16u, col = c0 + 4u * (v % 4u);
+    const Chunk k = slot < 4u ? ka : kb;
+    const uint which = slot % 4u;
+    f.op[e] = vec4(0.0);
+    if (i < k.L) {
+      const uint bt = k.b * pc.t + k.t0 + i;
+      const uint at = ((bt * pc.nv + k.h) * D + col) / 4u;
+      if (which == OP_DO) f.op[e] = do4[at];
+      else if (which == OP_DU) f.op[e] = du4[at];
+      else if (which == OP_U) f.op[e] = u4[at];
+      else f.op[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
+    }
   }
   return f;
 }
@@ -73,80 +92,164 @@ void stage_round(Round f, uint tid) {
     const uint at = (v / 32u) * SDP + v % 32u;
     PUT_SPLIT4(st_hi, st_lo, at, f.s0[e])
     PUT_SPLIT4(st_hi, st_lo, RC * SDP + at, f.ds[e])
+    PUT_SPLIT4(op_hi, op_lo, (v / 4u) * OPP + v % 4u, f.op[e])  // (operand v / 64, row (v / 4) % 16)
   }
-  PUT_SPLIT4(op_hi, op_lo, ((tid / 64u) * 16u + (tid / 4u) % 16u) * OPP + tid % 4u, f.op)
+}
+
+// Operand `slot` of the stage as the right factor: [i][c] (row-major) or its transpose [c][i].
+#define LOAD_OP(h, l, slot, transposed)                                \
+  {                                                                    \
+    coopMatLoadNV(h, op_hi, (slot) * 16u * OPP, OPP, transposed);      \
+    coopMatLoadNV(l, op_lo, (slot) * 16u * OPP, OPP, transposed);      \
+  }
+// acc += a b for split operands, the lo products folded in at once (one accumulator per result).
+void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
+  F32M lo = F32M(0.0);
+  lo = coopMatMulAddNV(al, bh, lo);
+  lo = coopMatMulAddNV(ah, bl, lo);
+  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
+}
+float dot_tiles(F32M x, F32M y) {
+  float s = 0.0;
+  for (int e = 0; e < x.length(); ++e) s += x[e] * y[e];
+  return s;
+}
+
+// Stages a chunk's [16][128] operand rows (each invocation's two vec4s) at region `at0` of st, split.
+void stage_rows(uint at0, vec4 x[2], uint tid) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint v = tid + 256u * e;  // row v / 32, elements 4 (v % 32) ..
+    PUT_SPLIT4(st_hi, st_lo, at0 + (v / 32u) * SDP + v % 32u, x[e])
+  }
 }
 
 void main() {
-  const uint nch = (pc.t + CH - 1u) / CH;
-  const uint wg = linear_group();  // (b*nv + h)*nch + c
-  if (wg >= pc.nb * pc.nv * nch) return;
+  const uint nch = (pc.t + CH - 1u) / CH, npair = (nch + 1u) / 2u;
+  const uint wg = linear_group();  // (b*nv + h)*npair + p
+  if (wg >= pc.nb * pc.nv * npair) return;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-  const uint bh = wg / nch;
-  const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
-  const uint slots = max(nch, 2u) - 1u;
-  const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
+  const uint bh = wg / npair, p = wg % npair, b = bh / pc.nv, h = bh % pc.nv;
+  const bool has_b = 2u * p + 1u < nch;
+  const Chunk ka = chunk_of(b, h, 2u * p);
+  Chunk kb = chunk_of(b, h, has_b ? 2u * p + 1u : 2u * p);
+  if (!has_b) kb.L = 0u;  // no chunk b: its operands are zero, and nothing of it is stored
+  const uint slots = max(npair, 2u) - 1u;
+  const bool has_s0 = p > 0u, has_ds = 2u * p + 2u < nch;
   // (0 where there is no such state: in range, should a compiler load before it selects.)
-  const uint s0_at = has_s0 ? (bh * slots + k.c - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + k.c) * D * D : 0u;
-  load_chunk_rows(k, tid);
-  const float lgam = lg[CH - 1u];
+  const uint s0_at = has_s0 ? (bh * slots + p - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + p) * D * D : 0u;
 
-  F32M x1 = F32M(0.0), x1_lo = F32M(0.0), w = F32M(0.0), w_lo = F32M(0.0), x2 = F32M(0.0), x2_lo = F32M(0.0);
-  F32M pd = F32M(0.0), pd_lo = F32M(0.0);  // subgroup 0: dO U^T; subgroup 1: dU V^T
-  float extra = 0.0;                       // this invocation's share of <dS, S0>
-  // The rounds' loads are issued DEPTH rounds ahead (a ring of registers; the loop is unrolled so
-  // that its slots are fixed): a round's compute is short, and a state's 128 KiB need many bytes in
-  // flight per SM to stream at the memory's rate.
   Round ring[DEPTH];
-  [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(k, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
+  [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
+
+  if (tid < 32u) lgp[tid] = tid < 16u ? chunk_lg(ka, tid) : has_b ? chunk_lg(kb, tid - 16u) : 0.0;
+  barrier();
+  const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;
+
+  // The constant left factors K~_a^T, Q~_b^T and -W_b^T [r][i] (the subgroup's 16 key dims r): staged
+  // [i][r] in st, two at a time, and read column-major.
+  F16M kah, kal, qbh, qbl, wbh, wbl;
+  {
+    vec4 x[2], y[2];
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      const uint v = tid + 256u * e, i = v / 32u, r4 = v % 32u;
+      x[e] = i < ka.L ? exp(lgam_a - lgp[i]) * qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + i) * pc.nk + ka.ko) * (D / 4u) + r4] : vec4(0.0);
+      y[e] = i < kb.L ? exp(lgp[16u + i]) * qkn4[((kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
+    }
+    stage_rows(0u, x, tid);
+    stage_rows(RC * SDP, y, tid);
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      const uint v = tid + 256u * e, i = v / 32u;
+      x[e] = i < kb.L ? -wf4[head_row(kb, i) * (D / 4u) + v % 32u] : vec4(0.0);
+    }
+    barrier();
+    coopMatLoadNV(kah, st_hi, 4u * sg, SDP, true);
+    coopMatLoadNV(kal, st_lo, 4u * sg, SDP, true);
+    coopMatLoadNV(qbh, st_hi, RC * SDP + 4u * sg, SDP, true);
+    coopMatLoadNV(qbl, st_lo, RC * SDP + 4u * sg, SDP, true);
+    barrier();
+    stage_rows(0u, x, tid);
+    barrier();
+    coopMatLoadNV(wbh, st_hi, 4u * sg, SDP, true);
+    coopMatLoadNV(wbl, st_lo, 4u * sg, SDP, true);
+  }
+
+  // Per chunk, X1^T, dW^T (without its sign), X2^T: [r][i]
+  F32M x1a = F32M(0.0), wa = F32M(0.0), x2a = F32M(0.0), x1b = F32M(0.0), wb = F32M(0.0), x2b = F32M(0.0);
+  F32M pd = F32M(0.0);  // subgroup 0, 1: dO_a U_a^T, dU_a V_a^T; 2, 3: the same of b ([i][j])
+  float dot_a = 0.0, dot_b = 0.0;  // this invocation's shares of <dSm, S0> and <dSe, Sm>
+  // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) extra += dot(cur.s0[e], cur.ds[e]);
     barrier();  // the previous round's readers of the stage are done
     stage_round(cur, tid);
-    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(k, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
+    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
 
-    F16M ah, al, bh_, bl;
-    // S0^T [c][r] at the subgroup's columns: X1 += dO S0^T, W += dU S0^T
-    coopMatLoadNV(bh_, st_hi, 4u * sg, SDP, false);
-    coopMatLoadNV(bl, st_lo, 4u * sg, SDP, false);
-    coopMatLoadNV(ah, op_hi, 0u, OPP, false);
-    coopMatLoadNV(al, op_lo, 0u, OPP, false);
-    MMA_SPLIT(x1, x1_lo, ah, al, bh_, bl)
-    coopMatLoadNV(ah, op_hi, 16u * OPP, OPP, false);
-    coopMatLoadNV(al, op_lo, 16u * OPP, OPP, false);
-    MMA_SPLIT(w, w_lo, ah, al, bh_, bl)
-    // dS^T [c][r]: X2 += U dS^T
-    coopMatLoadNV(bh_, st_hi, RC * SDP + 4u * sg, SDP, false);
-    coopMatLoadNV(bl, st_lo, RC * SDP + 4u * sg, SDP, false);
-    coopMatLoadNV(ah, op_hi, 2u * 16u * OPP, OPP, false);
-    coopMatLoadNV(al, op_lo, 2u * 16u * OPP, OPP, false);
-    MMA_SPLIT(x2, x2_lo, ah, al, bh_, bl)
-    // The pair dots: operand sg (dO or dU) [i][c] times operand sg + 2 (U or V) read column-major,
-    // [c][j] = [j][c]^T.
-    if (sg < 2u) {
-      coopMatLoadNV(ah, op_hi, sg * 16u * OPP, OPP, false);
-      coopMatLoadNV(al, op_lo, sg * 16u * OPP, OPP, false);
-      coopMatLoadNV(bh_, op_hi, (sg + 2u) * 16u * OPP, OPP, true);
-      coopMatLoadNV(bl, op_lo, (sg + 2u) * 16u * OPP, OPP, true);
-      MMA_SPLIT(pd, pd_lo, ah, al, bh_, bl)
+    F16M s0h, s0l, deh, del, bh_, bl;  // S0^T, dSe^T [r][c] (column-major reads of the [c][r] stage)
+    coopMatLoadNV(s0h, st_hi, 4u * sg, SDP, true);
+    coopMatLoadNV(s0l, st_lo, 4u * sg, SDP, true);
+    coopMatLoadNV(deh, st_hi, RC * SDP + 4u * sg, SDP, true);
+    coopMatLoadNV(del, st_lo, RC * SDP + 4u * sg, SDP, true);
+    LOAD_OP(bh_, bl, OP_DO, true)
+    mma_split_into(x1a, s0h, s0l, bh_, bl);
+    LOAD_OP(bh_, bl, OP_DU, true)
+    mma_split_into(wa, s0h, s0l, bh_, bl);
+    LOAD_OP(bh_, bl, 4u + OP_U, true)
+    mma_split_into(x2b, deh, del, bh_, bl);
+
+    // Sm^T = Gamma_a S0^T + K~_a^T U_a and dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - W_b^T dU_b
+    const F32M s0 = F32M(s0h) + F32M(s0l) * (1.0 / LO), dse = F32M(deh) + F32M(del) * (1.0 / LO);
+    F32M sm = s0 * gam_a, dsm = dse * gam_b;
+    LOAD_OP(bh_, bl, OP_U, false)
+    mma_split_into(sm, kah, kal, bh_, bl);
+    LOAD_OP(bh_, bl, 4u + OP_DO, false)
+    mma_split_into(dsm, qbh, qbl, bh_, bl);
+    LOAD_OP(bh_, bl, 4u + OP_DU, false)
+    mma_split_into(dsm, wbh, wbl, bh_, bl);
+    dot_a += dot_tiles(dsm, s0);
+    dot_b += dot_tiles(dse, sm);
+
+    F16M ah, al;
+    split(sm, ah, al);
+    LOAD_OP(bh_, bl, 4u + OP_DO, true)
+    mma_split_into(x1b, ah, al, bh_, bl);
+    LOAD_OP(bh_, bl, 4u + OP_DU, true)
+    mma_split_into(wb, ah, al, bh_, bl);
+    split(dsm, ah, al);
+    LOAD_OP(bh_, bl, OP_U, true)
+    mma_split_into(x2a, ah, al, bh_, bl);
+
+    // The pair dots: dO or dU [i][c] times U or V read column-major, [c][j] = [j][c]^T.
+    if (sg < 4u) {
+      const uint base = (sg / 2u) * 4u, left = base + sg % 2u;  // dO with U, dU with V
+      LOAD_OP(ah, al, left, false)
+      LOAD_OP(bh_, bl, left + 2u, true)
+      mma_split_into(pd, ah, al, bh_, bl);
     }
   }
 
-  // Out, through the subgroup's tile: rows i < L, its 16 columns.
+  // Out, through the subgroup's tile: rows i < L of each chunk, its 16 columns.
   const uint t_at = sg * 256u, col0 = 16u * sg;
-  STORE_TILE(unsplit(x1, x1_lo), t_at, lane, k.L, rec, head_row(k, i_) * RW + col0, exp(lg[i_]))
-  STORE_TILE(unsplit(x2, x2_lo), t_at, lane, k.L, rec, head_row(k, i_) * RW + D + col0, exp(lgam - lg[i_]))  // the dK~ term (in dK-)
-  STORE_TILE(unsplit(w, w_lo), t_at, lane, k.L, dw, head_row(k, i_) * D + col0, -1.0)
-  if (sg < 2u) coopMatStoreNV(unsplit(pd, pd_lo), pairs, (wg * 2u + sg) * 256u, 16u, false);  // [i][j]
+  STORE_TILE_T(x1a, t_at, lane, ka.L, rec, head_row(ka, i_) * RW + col0, exp(lgp[i_]))
+  STORE_TILE_T(x2a, t_at, lane, ka.L, rec, head_row(ka, i_) * RW + D + col0, exp(lgam_a - lgp[i_]))  // the dK~ term (in dK-)
+  STORE_TILE_T(wa, t_at, lane, ka.L, dw, head_row(ka, i_) * D + col0, -1.0)
+  STORE_TILE_T(x1b, t_at, lane, kb.L, rec, head_row(kb, i_) * RW + col0, exp(lgp[16u + i_]))
+  STORE_TILE_T(x2b, t_at, lane, kb.L, rec, head_row(kb, i_) * RW + D + col0, exp(lgp[31] - lgp[16u + i_]))
+  STORE_TILE_T(wb, t_at, lane, kb.L, dw, head_row(kb, i_) * D + col0, -1.0)
+  const uint chunk_a = bh * nch + 2u * p;  // [B, nv, nch] index of chunk a
+  if (sg < 4u && (sg < 2u || has_b))
+    coopMatStoreNV(pd, pairs, ((chunk_a + sg / 2u) * 2u + sg % 2u) * 256u, 16u, false);  // [i][j]
 
-  extra = subgroupAdd(extra);
-  if (subgroupElect()) red[sg] = extra;
+  dot_a = subgroupAdd(dot_a);
+  dot_b = subgroupAdd(dot_b);
+  if (subgroupElect()) {
+    red[sg] = dot_a;
+    red[8u + sg] = dot_b;
+  }
   barrier();
-  if (tid == 0u) {
+  if (tid < 2u && (tid == 0u || has_b)) {
     float x = 0.0;
-    [[unroll]] for (uint p = 0u; p < 8u; ++p) x += red[p];
-    sdot[wg] = exp(lgam) * x;
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) x += red[8u * tid + q];
+    sdot[chunk_a + tid] = (tid == 0u ? gam_a : gam_b) * x;
   }
 }

@@ -45,14 +45,14 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
     acc = coopMatMulAddNV(ah, bh, acc);      \
   }
 
-// Writes a subgroup's fp32 16 x 16 result x, through its tile of the shader's shared float array
-// `tiles` ([i][16] from t_at), to rows i < rows of a tensor: element (i, col) becomes
-// buf[ROW_AT + col] = SCALE * x, where ROW_AT and SCALE may use i_. Lane l moves column l % 16 of rows
-// 2 q + l / 16, so that each store instruction writes two whole 64-byte rows (two lanes per row, 8
-// columns each, wrote 32 partial sectors per instruction).
-#define STORE_TILE(x, t_at, lane, rows, buf, ROW_AT, SCALE)               \
+// Writes a subgroup's fp32 16 x 16 result held transposed, x = X^T [col][i], through its tile of the
+// shader's shared float array `tiles` ([i][16] from t_at), to rows i < rows of a tensor: element
+// (i, col) of X becomes buf[ROW_AT + col] = SCALE * X, where ROW_AT and SCALE may use i_. Lane l moves
+// column l % 16 of rows 2 q + l / 16, so that each store instruction writes two whole 64-byte rows
+// (two lanes per row, 8 columns each, wrote 32 partial sectors per instruction).
+#define STORE_TILE_T(x, t_at, lane, rows, buf, ROW_AT, SCALE)             \
   {                                                                       \
-    coopMatStoreNV(x, tiles, t_at, 16u, false);                           \
+    coopMatStoreNV(x, tiles, t_at, 16u, true);                            \
     subgroupMemoryBarrierShared();                                        \
     subgroupBarrier();                                                    \
     [[unroll]] for (uint q_ = 0u; q_ < 8u; ++q_) {                        \

@@ -134,10 +134,10 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
-// chunk_values_mma: the two states' 16 rows and the four operands' 16 columns as fp16 pairs, one
-// fp32 16 x 16 tile per subgroup (8); lg, bet and the subgroups' sums.
+// chunk_values_mma: the two states' 16 rows and the eight operands' 16 columns as fp16 pairs, one
+// fp32 16 x 16 tile per subgroup (8); chunk.glsl's lg and bet, both chunks' lg and the subgroups' sums.
 constexpr std::uint32_t chunk_values_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 4 * 16 * 24) * 2 + (8 * 256 + 2 * 16 + 8) * 4;
+  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (8 * 256 + 2 * 16 + 2 * 16 + 2 * 8) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
@@ -184,7 +184,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
   } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings,
+    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings + 1,
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);

@@ -227,6 +227,15 @@ struct LayerImpl {
     return cfg.variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
   }
   int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
+  // Chunks per workgroup of chunk_values_mma: the matrix units' backward reads the states at the
+  // edges of pairs of chunks and makes the one between again.
+  int chunks_per_state() const { return chunked.chunk_values_mma ? 2 : 1; }
+  // Slots of the stored states (the checkpoints, and the chunked backward's end-state gradients):
+  // one per edge between state groups, at least one.
+  std::size_t state_slots(int T) const {
+    const int groups = (nseg(T) + chunks_per_state() - 1) / chunks_per_state();
+    return std::size_t(std::max(groups, 2) - 1);
+  }
 
   Push push(int B, int T, bool keep) const {
     return Push{.nb = std::uint32_t(B), .t = std::uint32_t(T), .nv = std::uint32_t(cfg.nv), .nk = std::uint32_t(cfg.nk),
@@ -245,8 +254,9 @@ struct LayerImpl {
     f.gates = buffer("gates", 3 * BT * nv);
     f.o = buffer("o (pre-norm)", BT * nv * kD);
     f.inv = buffer("inv_rms", BT * nv);
-    // Checkpoints (every family): the state at the start of segments (chunks) 1 .. nseg-1 (segment 0 starts at zero).
-    const std::size_t slots = keep ? std::size_t(std::max(nseg(T), 2) - 1) : 0;
+    // Checkpoints (every family): the state at the start of segments (chunks) 1 .. nseg-1 (segment 0 starts
+    // at zero); the matrix units' chunked forward keeps only those of even chunks (state_slots).
+    const std::size_t slots = keep ? state_slots(T) : 0;
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
     if (chunked.chunk_fwd_mma) {
       const std::size_t ch = interval(T);
@@ -275,7 +285,7 @@ struct LayerImpl {
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("dqk partials", BT * nv * kColumnBlocks * kPartialWords);
     } else {
-      const std::size_t slots = std::max(nseg(T), 2) - 1;
+      const std::size_t slots = state_slots(T);
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.w = buffer("W, dW per chunk", BT * nv * kD);
@@ -396,11 +406,18 @@ struct LayerImpl {
                  heads * kColumnBlocks);
       r.mark("chunk_dstate");
     }
-    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl).
-    const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
-                                             v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
-                                             v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
-    r.dispatch(matrix ? *chunked.chunk_values_mma : *chunked.chunk_values, views, pc, chunks);
+    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); chunk_values_mma
+    // also reads the forward's W (binding 15) and takes two chunks per workgroup.
+    std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
+                                       v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
+                                       v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
+    if (matrix) {
+      views.push_back(v(w));
+      r.dispatch(*chunked.chunk_values_mma, views, pc, heads * ((pc.nseg + 1) / 2));
+      views.pop_back();
+    } else {
+      r.dispatch(*chunked.chunk_values, views, pc, chunks);
+    }
     r.mark(matrix ? "chunk_values_mma" : "chunk_values");
     r.dispatch(matrix ? *chunked.chunk_grads_mma : *chunked.chunk_grads, views, pc, chunks);
   }
