@@ -9,9 +9,10 @@
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
 // so that the states, most of this pass's traffic, are read once per two chunks.
-// The layout: subgroup s owns key dims r = 16 s .. 16 s + 15 and makes every product transposed, with
-// the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that Sm^T and
-// dSm^T, made in registers, feed the next products without leaving them:
+// The layout: 16 subgroups; subgroup s makes chunk s / 8's products at key dims r = 16 (s % 8) ..
+// + 15, all transposed, with the states on the left (S^T [r][c] is a column-major read of a stage
+// [c][r]), so that the one it makes again (Sm^T for chunk b, dSm^T for chunk a) feeds its products
+// without leaving its registers:
 //   X1^T = S^T dO^T,  dW^T = -S^T dU^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
 // The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
 // and the eight operands' (dO, dU, U, V of both chunks) 16 columns [i][c], as fp16 pairs, loaded
@@ -22,7 +23,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
 #include "mma.glsl"
-layout(local_size_x = 256) in;               // 8 subgroups of 32 (the host requires exactly 32)
+layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
 
 #define MATRIX_UNITS
@@ -39,61 +40,53 @@ layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, 
 layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, nv, D/4] W (the forward's)
 
 #define RC 16u    // value dims per round
-#define DEPTH 2u  // rounds of loads in flight
+#define DEPTH 3u  // rounds of loads in flight
 // The stages are arrays of uvec2 (4 halves: one 64-bit store per invocation and array), which the
 // matrix loads index in uvec2s.
 #define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
 #define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
 shared uvec2 st_hi[2u * RC * SDP], st_lo[2u * RC * SDP];    // S0, dSe: [state][c][r]
 shared uvec2 op_hi[8u * 16u * OPP], op_lo[8u * 16u * OPP];  // dO, dU, U, V of a, then of b: [operand][i][c]
-shared float tiles[8u * 256u];  // per subgroup, one fp32 16 x 16 tile [i][r] on its way out
+shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile [i][r] on its way out
 shared float lgp[2u * 16u];     // lg of chunks a and b
-shared float red[2u * 8u];      // per chunk and subgroup: its share of <dS, S>
+shared float red[16u];          // per subgroup: its share of its chunk's <dS, S>
 // The operands' slots in op_hi, op_lo (chunk a; chunk b's are 4 further).
 #define OP_DO 0u
 #define OP_DU 1u
 #define OP_U 2u
 #define OP_V 3u
 
-// One invocation's loads of a round: vec4s tid and tid + 256 of each state's 16 x 128 rows, and of
-// the operands' 8 x 16 x 16.
+// One invocation's loads of a round: vec4 tid of each state's 16 x 128 rows and of the operands'
+// 8 x 16 x 16.
 struct Round {
-  vec4 s0[2], ds[2], op[2];
+  vec4 s0, ds, op;
 };
 
 Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
   Round f;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint v = tid + 256u * e;  // row c0 + v / 32, elements 4 (v % 32) ..
-    const uint at = ((c0 + v / 32u) * D) / 4u + v % 32u;
-    f.s0[e] = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
-    f.ds[e] = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
-  }
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint v = tid + 256u * e, slot = v / 64u, i = (v / 4u) % 16u, col = c0 + 4u * (v % 4u);
-    const Chunk k = slot < 4u ? ka : kb;
-    const uint which = slot % 4u;
-    f.op[e] = vec4(0.0);
-    if (i < k.L) {
-      const uint bt = k.b * pc.t + k.t0 + i;
-      const uint at = ((bt * pc.nv + k.h) * D + col) / 4u;
-      if (which == OP_DO) f.op[e] = do4[at];
-      else if (which == OP_DU) f.op[e] = du4[at];
-      else if (which == OP_U) f.op[e] = u4[at];
-      else f.op[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
-    }
+  const uint at = ((c0 + tid / 32u) * D) / 4u + tid % 32u;  // row c0 + tid / 32, elements 4 (tid % 32) ..
+  f.s0 = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
+  f.ds = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
+  const uint slot = tid / 64u, i = (tid / 4u) % 16u, col = c0 + 4u * (tid % 4u);
+  const Chunk k = slot < 4u ? ka : kb;
+  const uint which = slot % 4u;
+  f.op = vec4(0.0);
+  if (i < k.L) {
+    const uint bt = k.b * pc.t + k.t0 + i;
+    const uint o = ((bt * pc.nv + k.h) * D + col) / 4u;
+    if (which == OP_DO) f.op = do4[o];
+    else if (which == OP_DU) f.op = du4[o];
+    else if (which == OP_U) f.op = u4[o];
+    else f.op = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
   }
   return f;
 }
 
 void stage_round(Round f, uint tid) {
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint v = tid + 256u * e;
-    const uint at = (v / 32u) * SDP + v % 32u;
-    PUT_SPLIT4(st_hi, st_lo, at, f.s0[e])
-    PUT_SPLIT4(st_hi, st_lo, RC * SDP + at, f.ds[e])
-    PUT_SPLIT4(op_hi, op_lo, (v / 4u) * OPP + v % 4u, f.op[e])  // (operand v / 64, row (v / 4) % 16)
-  }
+  const uint at = (tid / 32u) * SDP + tid % 32u;
+  PUT_SPLIT4(st_hi, st_lo, at, f.s0)
+  PUT_SPLIT4(st_hi, st_lo, RC * SDP + at, f.ds)
+  PUT_SPLIT4(op_hi, op_lo, (tid / 4u) * OPP + tid % 4u, f.op)  // (operand tid / 64, row (tid / 4) % 16)
 }
 
 // Operand `slot` of the stage as the right factor: [i][c] (row-major) or its transpose [c][i].
@@ -115,13 +108,8 @@ float dot_tiles(F32M x, F32M y) {
   return s;
 }
 
-// Stages a chunk's [16][128] operand rows (each invocation's two vec4s) at region `at0` of st, split.
-void stage_rows(uint at0, vec4 x[2], uint tid) {
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint v = tid + 256u * e;  // row v / 32, elements 4 (v % 32) ..
-    PUT_SPLIT4(st_hi, st_lo, at0 + (v / 32u) * SDP + v % 32u, x[e])
-  }
-}
+// Stages a chunk's [16][128] operand rows (each invocation's vec4) at region `at0` of st, split.
+void stage_rows(uint at0, vec4 x, uint tid) { PUT_SPLIT4(st_hi, st_lo, at0 + (tid / 32u) * SDP + tid % 32u, x) }
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH, npair = (nch + 1u) / 2u;
@@ -145,38 +133,36 @@ void main() {
   barrier();
   const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;
 
-  // The constant left factors K~_a^T, Q~_b^T and -W_b^T [r][i] (the subgroup's 16 key dims r): staged
-  // [i][r] in st, two at a time, and read column-major.
-  F16M kah, kal, qbh, qbl, wbh, wbl;
+  // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
+  const uint ab = sg / 8u, q = sg % 8u;
+  // Its constant left factors [r][i]: chunk a's Q~_b^T and -W_b^T (for dSm), chunk b's K~_a^T (for
+  // Sm), staged [i][r] in st and read column-major.
+  F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
-    vec4 x[2], y[2];
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint v = tid + 256u * e, i = v / 32u, r4 = v % 32u;
-      x[e] = i < ka.L ? exp(lgam_a - lgp[i]) * qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + i) * pc.nk + ka.ko) * (D / 4u) + r4] : vec4(0.0);
-      y[e] = i < kb.L ? exp(lgp[16u + i]) * qkn4[((kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
-    }
+    const uint i = tid / 32u, r4 = tid % 32u;
+    const vec4 x = i < ka.L ? exp(lgam_a - lgp[i]) * qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + i) * pc.nk + ka.ko) * (D / 4u) + r4] : vec4(0.0);
+    const vec4 y = i < kb.L ? exp(lgp[16u + i]) * qkn4[((kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
+    const vec4 w = i < kb.L ? -wf4[head_row(kb, i) * (D / 4u) + r4] : vec4(0.0);
     stage_rows(0u, x, tid);
     stage_rows(RC * SDP, y, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint v = tid + 256u * e, i = v / 32u;
-      x[e] = i < kb.L ? -wf4[head_row(kb, i) * (D / 4u) + v % 32u] : vec4(0.0);
+    barrier();
+    const uint from = ab == 0u ? RC * SDP : 0u;  // Q~_b or K~_a
+    coopMatLoadNV(c1h, st_hi, from + 4u * q, SDP, true);
+    coopMatLoadNV(c1l, st_lo, from + 4u * q, SDP, true);
+    barrier();
+    stage_rows(0u, w, tid);
+    barrier();
+    if (ab == 0u) {
+      coopMatLoadNV(c2h, st_hi, 4u * q, SDP, true);
+      coopMatLoadNV(c2l, st_lo, 4u * q, SDP, true);
     }
-    barrier();
-    coopMatLoadNV(kah, st_hi, 4u * sg, SDP, true);
-    coopMatLoadNV(kal, st_lo, 4u * sg, SDP, true);
-    coopMatLoadNV(qbh, st_hi, RC * SDP + 4u * sg, SDP, true);
-    coopMatLoadNV(qbl, st_lo, RC * SDP + 4u * sg, SDP, true);
-    barrier();
-    stage_rows(0u, x, tid);
-    barrier();
-    coopMatLoadNV(wbh, st_hi, 4u * sg, SDP, true);
-    coopMatLoadNV(wbl, st_lo, 4u * sg, SDP, true);
   }
 
-  // Per chunk, X1^T, dW^T (without its sign), X2^T: [r][i]
-  F32M x1a = F32M(0.0), wa = F32M(0.0), x2a = F32M(0.0), x1b = F32M(0.0), wb = F32M(0.0), x2b = F32M(0.0);
-  F32M pd = F32M(0.0);  // subgroup 0, 1: dO_a U_a^T, dU_a V_a^T; 2, 3: the same of b ([i][j])
-  float dot_a = 0.0, dot_b = 0.0;  // this invocation's shares of <dSm, S0> and <dSe, Sm>
+  // The chunk's X1^T, dW^T (without its sign), X2^T: [r][i]
+  F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
+  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a V_a^T; 10, 11: the same of b ([i][j])
+  float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
+  const uint ops = 4u * ab;  // the chunk's operand slots
   // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
@@ -185,71 +171,66 @@ void main() {
     if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
 
-    F16M s0h, s0l, deh, del, bh_, bl;  // S0^T, dSe^T [r][c] (column-major reads of the [c][r] stage)
-    coopMatLoadNV(s0h, st_hi, 4u * sg, SDP, true);
-    coopMatLoadNV(s0l, st_lo, 4u * sg, SDP, true);
-    coopMatLoadNV(deh, st_hi, RC * SDP + 4u * sg, SDP, true);
-    coopMatLoadNV(del, st_lo, RC * SDP + 4u * sg, SDP, true);
-    LOAD_OP(bh_, bl, OP_DO, true)
-    mma_split_into(x1a, s0h, s0l, bh_, bl);
-    LOAD_OP(bh_, bl, OP_DU, true)
-    mma_split_into(wa, s0h, s0l, bh_, bl);
-    LOAD_OP(bh_, bl, 4u + OP_U, true)
-    mma_split_into(x2b, deh, del, bh_, bl);
-
-    // Sm^T = Gamma_a S0^T + K~_a^T U_a and dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - W_b^T dU_b
-    const F32M s0 = F32M(s0h) + F32M(s0l) * (1.0 / LO), dse = F32M(deh) + F32M(del) * (1.0 / LO);
-    F32M sm = s0 * gam_a, dsm = dse * gam_b;
-    LOAD_OP(bh_, bl, OP_U, false)
-    mma_split_into(sm, kah, kal, bh_, bl);
-    LOAD_OP(bh_, bl, 4u + OP_DO, false)
-    mma_split_into(dsm, qbh, qbl, bh_, bl);
-    LOAD_OP(bh_, bl, 4u + OP_DU, false)
-    mma_split_into(dsm, wbh, wbl, bh_, bl);
-    dot_a += dot_tiles(dsm, s0);
-    dot_b += dot_tiles(dse, sm);
-
-    F16M ah, al;
-    split(sm, ah, al);
-    LOAD_OP(bh_, bl, 4u + OP_DO, true)
-    mma_split_into(x1b, ah, al, bh_, bl);
-    LOAD_OP(bh_, bl, 4u + OP_DU, true)
-    mma_split_into(wb, ah, al, bh_, bl);
-    split(dsm, ah, al);
-    LOAD_OP(bh_, bl, OP_U, true)
-    mma_split_into(x2a, ah, al, bh_, bl);
+    // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
+    // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b).
+    F16M eh, el, bh_, bl, ah, al;
+    coopMatLoadNV(eh, st_hi, ab * RC * SDP + 4u * q, SDP, true);
+    coopMatLoadNV(el, st_lo, ab * RC * SDP + 4u * q, SDP, true);
+    coopMatLoadNV(ah, st_hi, (1u - ab) * RC * SDP + 4u * q, SDP, true);
+    coopMatLoadNV(al, st_lo, (1u - ab) * RC * SDP + 4u * q, SDP, true);
+    const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
+    F32M made;
+    if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - W_b^T dU_b
+      made = other * gam_b;
+      LOAD_OP(bh_, bl, 4u + OP_DO, false)
+      mma_split_into(made, c1h, c1l, bh_, bl);
+      LOAD_OP(bh_, bl, 4u + OP_DU, false)
+      mma_split_into(made, c2h, c2l, bh_, bl);
+      sdot_part += dot_tiles(made, edge);
+    } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
+      made = other * gam_a;
+      LOAD_OP(bh_, bl, OP_U, false)
+      mma_split_into(made, c1h, c1l, bh_, bl);
+      sdot_part += dot_tiles(edge, made);
+    }
+    // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
+    split(made, ah, al);
+    F16M sh, sl, dh, dl;
+    if (ab == 0u) { sh = eh; sl = el; dh = ah; dl = al; }
+    else { sh = ah; sl = al; dh = eh; dl = el; }
+    LOAD_OP(bh_, bl, ops + OP_DO, true)
+    mma_split_into(x1, sh, sl, bh_, bl);
+    LOAD_OP(bh_, bl, ops + OP_DU, true)
+    mma_split_into(w, sh, sl, bh_, bl);
+    LOAD_OP(bh_, bl, ops + OP_U, true)
+    mma_split_into(x2, dh, dl, bh_, bl);
 
     // The pair dots: dO or dU [i][c] times U or V read column-major, [c][j] = [j][c]^T.
-    if (sg < 4u) {
-      const uint base = (sg / 2u) * 4u, left = base + sg % 2u;  // dO with U, dU with V
+    if (sg >= 8u && sg < 12u) {
+      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with V, of a then of b
       LOAD_OP(ah, al, left, false)
       LOAD_OP(bh_, bl, left + 2u, true)
       mma_split_into(pd, ah, al, bh_, bl);
     }
   }
 
-  // Out, through the subgroup's tile: rows i < L of each chunk, its 16 columns.
-  const uint t_at = sg * 256u, col0 = 16u * sg;
-  STORE_TILE_T(x1a, t_at, lane, ka.L, rec, head_row(ka, i_) * RW + col0, exp(lgp[i_]))
-  STORE_TILE_T(x2a, t_at, lane, ka.L, rec, head_row(ka, i_) * RW + D + col0, exp(lgam_a - lgp[i_]))  // the dK~ term (in dK-)
-  STORE_TILE_T(wa, t_at, lane, ka.L, dw, head_row(ka, i_) * D + col0, -1.0)
-  STORE_TILE_T(x1b, t_at, lane, kb.L, rec, head_row(kb, i_) * RW + col0, exp(lgp[16u + i_]))
-  STORE_TILE_T(x2b, t_at, lane, kb.L, rec, head_row(kb, i_) * RW + D + col0, exp(lgp[31] - lgp[16u + i_]))
-  STORE_TILE_T(wb, t_at, lane, kb.L, dw, head_row(kb, i_) * D + col0, -1.0)
+  // Out, through the subgroup's tile: rows i < L of its chunk, its 16 columns.
+  const Chunk k = ab == 0u ? ka : kb;
+  const uint t_at = sg * 256u, col0 = 16u * q, lg0 = 16u * ab;
+  const float lgam = lgp[lg0 + 15u];
+  STORE_TILE_T(x1, t_at, lane, k.L, rec, head_row(k, i_) * RW + col0, exp(lgp[lg0 + i_]))
+  STORE_TILE_T(x2, t_at, lane, k.L, rec, head_row(k, i_) * RW + D + col0, exp(lgam - lgp[lg0 + i_]))  // the dK~ term (in dK-)
+  STORE_TILE_T(w, t_at, lane, k.L, dw, head_row(k, i_) * D + col0, -1.0)
   const uint chunk_a = bh * nch + 2u * p;  // [B, nv, nch] index of chunk a
-  if (sg < 4u && (sg < 2u || has_b))
-    coopMatStoreNV(pd, pairs, ((chunk_a + sg / 2u) * 2u + sg % 2u) * 256u, 16u, false);  // [i][j]
+  if (sg >= 8u && sg < 12u && (sg < 10u || has_b))
+    coopMatStoreNV(pd, pairs, ((chunk_a + (sg - 8u) / 2u) * 2u + sg % 2u) * 256u, 16u, false);  // [i][j]
 
-  dot_a = subgroupAdd(dot_a);
-  dot_b = subgroupAdd(dot_b);
-  if (subgroupElect()) {
-    red[sg] = dot_a;
-    red[8u + sg] = dot_b;
-  }
+  sdot_part = subgroupAdd(sdot_part);
+  if (subgroupElect()) red[sg] = sdot_part;
   barrier();
   if (tid < 2u && (tid == 0u || has_b)) {
     float x = 0.0;
-    [[unroll]] for (uint q = 0u; q < 8u; ++q) x += red[8u * tid + q];
+    [[unroll]] for (uint g = 0u; g < 8u; ++g) x += red[8u * tid + g];
     sdot[chunk_a + tid] = (tid == 0u ? gam_a : gam_b) * x;
   }
 }

@@ -135,9 +135,9 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
 // chunk_values_mma: the two states' 16 rows and the eight operands' 16 columns as fp16 pairs, one
-// fp32 16 x 16 tile per subgroup (8); chunk.glsl's lg and bet, both chunks' lg and the subgroups' sums.
+// fp32 16 x 16 tile per subgroup (16); chunk.glsl's lg and bet, both chunks' lg and the subgroups' sums.
 constexpr std::uint32_t chunk_values_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (8 * 256 + 2 * 16 + 2 * 16 + 2 * 8) * 4;
+  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 2 * 16 + 2 * 16 + 16) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
