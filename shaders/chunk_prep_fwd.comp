@@ -6,8 +6,9 @@
 //   G = K K^T,   H = Q K^T
 //   A_h[i][j] = beta_i exp(lg_i - lg_j) G[i][j]  (j < i),   T_h = (I + A_h)^-1
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
-//   W_h = T_h diag(beta gamma) K,   U'_h = T_h diag(beta) V_h
-// with lg and beta of head h. Stores W, U', P and lg, and T where a tape keeps it for the backward.
+//   W_h = T_h diag(beta gamma) K
+// with lg and beta of head h. Stores W, T, P and lg (chunk_fwd_mma makes U' = T diag(beta) V itself,
+// where V is read anyway).
 // The per-head part runs HB heads at a time (the group of the 27B shape, 3, in one batch).
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -17,10 +18,8 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T, nv, D] rows of W
 layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
-layout(set = 0, binding = 5) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
-layout(set = 0, binding = 6) writeonly buffer Up { float up_out[]; };   // [B, T, nv*D] U'
-layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
-layout(set = 0, binding = 8) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
+layout(set = 0, binding = 5) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
+layout(set = 0, binding = 6) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
 
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
@@ -40,14 +39,8 @@ void main() {
   const uint b = wg / nch / pc.nk, ko = (wg / nch) % pc.nk, c = wg % nch;
   const uint t0 = c * R, L = min(R, pc.t - t0), group = pc.nv / pc.nk;
   const uint bt0 = b * pc.t + t0;  // row of the chunk's first token in [B, T, ...] tensors
-  // The W and U' part: invocation (r, which) makes column r of W (which 0) or of U' (which 1).
-  const uint r = tid % D, which = tid / D;
-
-  // v of the group's first head (column r, rows j of the chunk), loaded before anything else; each
-  // head's part loads the next head's.
-  float vn[R];
-  [[unroll]] for (uint j = 0u; j < R; ++j)
-    vn[j] = which == 1u && j < L ? y[(bt0 + j) * pc.c_dim + 2u * pc.nk * D + ko * group * D + r] : 0.0;
+  // The W part: invocation (r, odd) makes column r of W's even (odd 0) or odd (odd 1) rows.
+  const uint r = tid % D, odd = tid / D;
 
   // Stage k^ and q^: 2 x 16 rows of 32 vec4, four vec4 per invocation (vec4 e: k^ for e < 512).
   [[unroll]] for (uint q = 0u; q < 4u; ++q) {
@@ -118,30 +111,24 @@ void main() {
       }
       [[unroll]] for (uint i = 0u; i < R; ++i) {
         st4[(hb * R * R + i * R + m) / 4u][m % 4u] = x[i];
-        if (pc.keep != 0u && i < L) t_out[((bt0 + i) * pc.nv + h) * R + m] = x[i];
+        if (i < L) t_out[((bt0 + i) * pc.nv + h) * R + m] = x[i];
       }
     }
     barrier();
-    // W_h[i][r] = sum_{j <= i} T_h[i][j] beta_j gamma_j k_j[r] and U'_h[i][r] = sum_{j <= i} T_h[i][j] beta_j v_j[r]
+    // W_h[i][r] = sum_{j <= i} T_h[i][j] beta_j gamma_j k_j[r]
     for (uint hb = 0u; hb < nh; ++hb) {
       const uint h = hfirst + hb;
-      float o[R];  // the operand's column: beta gamma k (W) or beta v (U')
-      [[unroll]] for (uint j = 0u; j < R; ++j)
-        o[j] = bets[hb * R + j] * (which == 0u ? exp(lgs[hb * R + j]) * kcol[j] : vn[j]);
-      if (which == 1u && h + 1u < (ko + 1u) * group)  // the next head's v, while this one's work runs
-        [[unroll]] for (uint j = 0u; j < R; ++j)
-          vn[j] = j < L ? y[(bt0 + j) * pc.c_dim + 2u * pc.nk * D + (h + 1u) * D + r] : 0.0;
-      [[unroll]] for (uint i = 0u; i < R; ++i) {
+      float o[R];  // the operand's column: beta gamma k
+      [[unroll]] for (uint j = 0u; j < R; ++j) o[j] = bets[hb * R + j] * exp(lgs[hb * R + j]) * kcol[j];
+      [[unroll]] for (uint i2 = 0u; i2 < R / 2u; ++i2) {
+        const uint i = 2u * i2 + odd;
         float s = 0.0;
-        [[unroll]] for (uint j4 = 0u; j4 <= i / 4u; ++j4) {
+        [[unroll]] for (uint j4 = 0u; j4 < R / 4u; ++j4) {
+          if (4u * j4 > 2u * i2 + 1u) break;  // T is lower triangular: T[i][j] = 0 for j > i
           const vec4 t4 = st4[(hb * R * R + i * R) / 4u + j4];
-          [[unroll]] for (uint l = 0u; l < 4u; ++l)
-            if (4u * j4 + l <= i) s = fma(t4[l], o[4u * j4 + l], s);
+          [[unroll]] for (uint l = 0u; l < 4u; ++l) s = fma(t4[l], o[4u * j4 + l], s);
         }
-        if (i < L) {
-          const uint at = ((bt0 + i) * pc.nv + h) * D + r;
-          if (which == 0u) w_out[at] = s; else up_out[at] = s;
-        }
+        if (i < L) w_out[((bt0 + i) * pc.nv + h) * D + r] = s;
       }
     }
   }

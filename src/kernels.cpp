@@ -130,6 +130,8 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
 constexpr std::uint32_t matrix_pass_shared() {
   return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
 }
+// chunk_fwd_mma's T diag(beta), as fp16 pairs [16][24] (rows as P's).
+constexpr std::uint32_t chunk_fwd_mma_extra_shared() { return 2 * 16 * 24 * 2; }
 constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
@@ -165,8 +167,8 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max(
-      {chunk_prep_fwd_shared(), matrix_pass_shared(), chunk_values_mma_shared(), chunk_grads_mma_shared()});
+  const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared() + chunk_fwd_mma_extra_shared(),
+                               chunk_values_mma_shared(), chunk_grads_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
            std::to_string(info.max_shared_memory);
@@ -188,8 +190,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 9, chunk_prep_fwd_shared());
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 11, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 7, chunk_prep_fwd_shared());
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14, matrix_pass_shared() + chunk_fwd_mma_extra_shared(), {32, ch}, 32);
   }
   return k;
 }

@@ -70,8 +70,7 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> inv;    // [B, T, nv] 1/rms
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
-                                       // the matrix units' chunked forward: U' per chunk, then u per
-                                       // step (with a tape)
+                                       // the matrix units' chunked forward: u per step (with a tape)
   // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd), which
   // its backward reuses: [B, T, nv, X] with X = D (W), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
@@ -260,7 +259,7 @@ struct LayerImpl {
     f.ck = buffer("checkpoints", std::max<std::size_t>(1, std::size_t(B) * nv * slots * kD * kD));
     if (chunked.chunk_fwd_mma) {
       const std::size_t ch = interval(T);
-      f.kv = buffer("u per step", BT * nv * kD);
+      f.kv = buffer("u per step", keep ? BT * nv * kD : 1);
       f.w = buffer("W per chunk", BT * nv * kD);
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
@@ -364,12 +363,12 @@ struct LayerImpl {
       return;
     }
     if (chunked.chunk_fwd_mma) {
-      r.dispatch(*chunked.chunk_prep_fwd,
-                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.w), v(*f.tm), v(*f.y), v(*f.kv), v(*f.lgc), v(*f.pm)}, pc,
-                 std::uint64_t(B) * cfg.nk * pc.nseg);
+      r.dispatch(*chunked.chunk_prep_fwd, {v(*f.qkn), v(*f.gates), v(a_log), v(*f.w), v(*f.tm), v(*f.lgc), v(*f.pm)},
+                 pc, std::uint64_t(B) * cfg.nk * pc.nseg);
       r.mark("chunk_prep_fwd");
       r.dispatch(*chunked.chunk_fwd_mma,
-                 {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv)},
+                 {v(*f.qkn), v(*f.lgc), v(*f.w), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
+                  v(*f.tm), v(*f.gates), v(*f.y)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
       return;
