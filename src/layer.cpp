@@ -106,7 +106,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
-  std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, max(nch-1,1), D, D] grad of each chunk's end state
+  std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
   std::unique_ptr<gpu::Buffer> sdot;   // [B, nv, nch] chunk_values' Gamma <dS, S0>
