@@ -191,7 +191,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 7, chunk_prep_fwd_shared());
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14, matrix_pass_shared() + chunk_fwd_mma_extra_shared(), {32, ch}, 32);
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14,
+                           matrix_pass_shared() + chunk_fwd_mma_extra_shared(), {32, ch}, 32);
   }
   return k;
 }

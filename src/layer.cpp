@@ -226,15 +226,15 @@ struct LayerImpl {
     return cfg.variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
   }
   int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
-  // Chunks per workgroup of chunk_values_mma: the matrix units' backward reads the states at the
-  // edges of pairs of chunks and makes the one between again.
-  int chunks_per_state() const { return chunked.chunk_values_mma ? 2 : 1; }
-  // Slots of the stored states (the checkpoints, and the chunked backward's end-state gradients):
-  // one per edge between state groups, at least one.
-  std::size_t state_slots(int T) const {
-    const int groups = (nseg(T) + chunks_per_state() - 1) / chunks_per_state();
-    return std::size_t(std::max(groups, 2) - 1);
+  // Groups of chunks between stored states: pairs on the matrix units (chunk_values_mma takes a pair
+  // per workgroup and makes the state between its chunks again), else single segments.
+  int state_groups(int T) const {
+    const int per_group = chunked.chunk_values_mma ? 2 : 1;
+    return (nseg(T) + per_group - 1) / per_group;
   }
+  // Slots of the stored states (the checkpoints, and the chunked backward's end-state gradients):
+  // one per edge between groups, at least one.
+  std::size_t state_slots(int T) const { return std::size_t(std::max(state_groups(T), 2) - 1); }
 
   Push push(int B, int T, bool keep) const {
     return Push{.nb = std::uint32_t(B), .t = std::uint32_t(T), .nv = std::uint32_t(cfg.nv), .nk = std::uint32_t(cfg.nk),
@@ -407,13 +407,13 @@ struct LayerImpl {
     }
     // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); chunk_values_mma
     // also reads the forward's W (binding 15) and takes two chunks per workgroup.
-    std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
-                                       v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
-                                       v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
+    const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
+                                             v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
+                                             v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
     if (matrix) {
-      views.push_back(v(w));
-      r.dispatch(*chunked.chunk_values_mma, views, pc, heads * ((pc.nseg + 1) / 2));
-      views.pop_back();
+      auto with_w = views;
+      with_w.push_back(v(w));
+      r.dispatch(*chunked.chunk_values_mma, with_w, pc, heads * state_groups(f.T));
     } else {
       r.dispatch(*chunked.chunk_values, views, pc, chunks);
     }
