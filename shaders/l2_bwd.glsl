@@ -1,5 +1,14 @@
 // The l2-norm backward of one (b, t, key head), shared by qk_bwd and qk_bwd2: D invocations, thread
 // `tid` holds element tid of q, k (conv output) and of the summed dq^, dk^; `red` is 2*D shared floats.
+// Needs bindings qkn ([2][B, T, nk, D]) and nq ([2][B, T, nk]).
+
+// Element tid of q and k of (b, t, key head) idx, made back from q^, k^ and their norms (the conv
+// stores no more of them).
+void l2_inputs(uint tid, uint idx, out float q, out float k) {
+  const uint n = pc.nb * pc.t * pc.nk;
+  q = qkn[idx * D + tid] * (sqrt(nq[idx]) * sqrt(float(D)));
+  k = qkn[(n + idx) * D + tid] * sqrt(nq[n + idx]);
+}
 //   x^ = x / n  with n = sqrt(sum x^2 + 1e-6) (times sqrt(D) for q)  =>  dx = dx^/n - x <dx^, x> / (n (sum x^2 + 1e-6))
 void l2_backward(uint tid, uint idx, float q, float k, float dq, float dk, out float dq_raw, out float dk_raw) {
   red[tid] = dq * q;

@@ -5,7 +5,7 @@
 #include "common.glsl"
 layout(local_size_x = 128) in;
 
-layout(set = 0, binding = 0) readonly buffer Y { float y[]; };     // [B, T, C] conv + silu output
+layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; }; // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Nq { float nq[]; };   // [2][B, T, nk]
 layout(set = 0, binding = 2) readonly buffer Dqk { float dqk[]; }; // [2][B, T, nv, D] per-v-head dq^, dk^
 layout(set = 0, binding = 3) buffer Dy { float dy[]; };            // [B, T, C]: writes the q and k parts
@@ -27,9 +27,8 @@ void main() {
     dq += dqk[(bt * pc.nv + h) * D + tid];
     dk += dqk[((n_bt + bt) * pc.nv + h) * D + tid];
   }
-  const float q = y[bt * pc.c_dim + ko * D + tid];
-  const float k = y[bt * pc.c_dim + pc.nk * D + ko * D + tid];
-  float dq_raw, dk_raw;
+  float q, k, dq_raw, dk_raw;
+  l2_inputs(tid, idx, q, k);
   l2_backward(tid, idx, q, k, dq, dk, dq_raw, dk_raw);
   dy[bt * pc.c_dim + ko * D + tid] = dq_raw;
   dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = dk_raw;

@@ -26,6 +26,7 @@ layout(set = 0, binding = 5) buffer Dy { float dy[]; };                 // [B, T
 layout(set = 0, binding = 6) writeonly buffer Da { float da[]; };       // [B, T, nv]
 layout(set = 0, binding = 7) writeonly buffer Db { float db[]; };       // [B, T, nv]
 layout(set = 0, binding = 8) readonly buffer Kv { float kv[]; };        // [B, T, nv*D] kv per step (tape)
+layout(set = 0, binding = 9) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
 
 shared float red[2 * D];
 #include "l2_bwd.glsl"
@@ -81,9 +82,8 @@ void main() {
       db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
     }
   }
-  const float q = y[bt * pc.c_dim + ko * D + tid];
-  const float k = y[bt * pc.c_dim + pc.nk * D + ko * D + tid];
-  float dq_raw, dk_raw;
+  float q, k, dq_raw, dk_raw;
+  l2_inputs(tid, idx, q, k);
   l2_backward(tid, idx, q, k, dq, dk, dq_raw, dk_raw);
   dy[bt * pc.c_dim + ko * D + tid] = dq_raw;
   dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = dk_raw;

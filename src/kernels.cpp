@@ -24,9 +24,9 @@ constexpr std::uint32_t kChunkGradsBindings = 15;  // shaders/chunk_grads.glsl, 
 }  // namespace
 
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
-  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 3, 0, {conv_taps}),
+  // conv_fwd's shared memory: its per-token sums of squares [64][17] and head sums [2][16].
+  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 5, (64 * 17 + 2 * 16) * 4, {conv_taps}),
           .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 4, 0, {conv_taps}),
-          .qk_prep = make(dev, "qk_prep", spirv::qk_prep, 3, 2 * kD * 4),
           .gate_prep = make(dev, "gate_prep", spirv::gate_prep, 5, 0)};
 }
 
@@ -73,7 +73,7 @@ SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_bac
   k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
   k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, kD * 4);
   k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, kD * 4);
-  if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 9, 2 * kD * 4);
+  if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 10, 2 * kD * 4);
   return k;
 }
 
@@ -177,7 +177,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
 
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch, bool matrix_units) {
   ChunkedKernels k;
-  k.qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 9, 2 * kD * 4);
+  k.qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 10, 2 * kD * 4);
   if (!matrix_units) {
     k.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch});
     k.chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch});

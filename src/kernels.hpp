@@ -29,9 +29,9 @@ struct Push {
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
 
-/// Kernels every family uses: the conv, the q/k and gate preparation, their backward.
+/// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's backward.
 struct CommonKernels {
-  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, qk_prep, gate_prep;
+  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
 /// The conv kernels' tokens per invocation and workgroup size (shaders/conv.glsl): workgroups for
 /// B windows of T tokens and C channels.

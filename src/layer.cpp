@@ -349,10 +349,9 @@ struct LayerImpl {
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const ForwardState& f, int B, int T) {
     const Push pc = push(B, T, f.keep);
     const std::uint64_t BT = std::uint64_t(B) * T;
-    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y)}, pc, conv_groups(f.B, f.T, cfg.channels()));
-    r.mark("conv_fwd");
-    r.dispatch(*common.qk_prep, {v(*f.y), v(*f.qkn), v(*f.nq)}, pc, BT * cfg.nk);
-    r.mark("qk_prep");
+    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y), v(*f.qkn), v(*f.nq)}, pc,
+               conv_groups(f.B, f.T, cfg.channels()));
+    r.mark("conv_fwd");  // the q/k l2 norms fused in
     r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
     r.mark("gate_prep");
     if (cfg.variant == Variant::PerHead) {
@@ -433,7 +432,7 @@ struct LayerImpl {
                   v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("rec_bwd");
-      r.dispatch(*per_head.qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
+      r.dispatch(*per_head.qk_bwd, {v(*f.qkn), v(*f.nq), v(*bwd.dqk), v(*bwd.dy)}, pc, BT * cfg.nk);
       r.mark("qk_bwd");
     } else {
       if (!chunked.chunk_dstate_mma) {  // the matrix units' chunk_dstate_mma does the norm's backward itself
@@ -449,7 +448,8 @@ struct LayerImpl {
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
       r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_dstate_mma ? "chunk_grads_mma" : "chunk_grads");
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
-      r.dispatch(qk_bwd, {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv)},
+      r.dispatch(qk_bwd,
+                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv), v(*f.qkn)},
                  pc, BT * cfg.nk);
       r.mark("qk_bwd2");
     }
