@@ -143,6 +143,7 @@ const Case kLongChunks[] = {
     {"T70_cs32", 1, 70, 2, 1, 4, 32},  // three chunks, the last of six tokens
     {"T64_cs31", 1, 64, 3, 1, 4, 31},  // odd rows split over the two row halves of chunk_grads
     {"rep3_T64_cs16", 2, 64, 6, 2, 4, 16},  // four full chunks of the matrix units' length
+    {"rep3_T20_cs16", 2, 20, 3, 1, 4, 16},  // one pair of chunks, the second of four tokens (no stored state)
 };
 INSTANTIATE_TEST_SUITE_P(LongChunks, Parity,
                          ::testing::Combine(::testing::ValuesIn(kLongChunks), ::testing::Values(kChunked)),
