@@ -95,13 +95,6 @@ void stage_round(Round f, uint tid) {
     coopMatLoadNV(h, op_hi, (slot) * 16u * OPP, OPP, transposed);      \
     coopMatLoadNV(l, op_lo, (slot) * 16u * OPP, OPP, transposed);      \
   }
-// acc += a b for split operands, the lo products folded in at once (one accumulator per result).
-void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
-  F32M lo = F32M(0.0);
-  lo = coopMatMulAddNV(al, bh, lo);
-  lo = coopMatMulAddNV(ah, bl, lo);
-  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
-}
 float dot_tiles(F32M x, F32M y) {
   float s = 0.0;
   for (int e = 0; e < x.length(); ++e) s += x[e] * y[e];

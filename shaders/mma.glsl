@@ -35,6 +35,14 @@ void split(F32M x, out F16M hi, out F16M lo) {
   lo = F16M((x - h) * LO);
 }
 
+// acc += a b for split operands, their lo products added at once: one accumulator per result where
+// registers are short (the lo sum of each call rounds once more than MMA_SPLIT's running one).
+void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
+  F32M lo = F32M(0.0);
+  lo = coopMatMulAddNV(al, bh, lo);
+  lo = coopMatMulAddNV(ah, bl, lo);
+  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
+}
 // acc + lo / LO, the two accumulators of a split product.
 F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
 // acc += a b and lo += a_hi b_lo + a_lo b_hi, for split operands.
