@@ -5,7 +5,9 @@
 // block), as vec4 along channels (coalesced: neighbouring invocations hold neighbouring channels).
 // The conv: pre[b,t,c] = sum_j conv[c,j] * qkv[b, t-(K-1)+j, c], zero before the window; y = silu(pre).
 layout(constant_id = 0) const uint KT = 4;  // conv taps (Config::conv_taps), fixed per pipeline
-#define TB 16u                              // tokens per invocation
+#ifndef TB
+#define TB 16u  // tokens per invocation (conv_fwd, which holds its outputs until the norms are in: 8)
+#endif
 
 struct ConvBlock {
   uint b, t0, c4;  // window, first token, channel quad (channels 4 c4 .. 4 c4 + 3)

@@ -24,8 +24,9 @@ constexpr std::uint32_t kChunkGradsBindings = 15;  // shaders/chunk_grads.glsl, 
 }  // namespace
 
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
-  // conv_fwd's shared memory: its per-token sums of squares [64][17] and head sums [2][16].
-  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 5, (64 * 17 + 2 * 16) * 4, {conv_taps}),
+  // conv_fwd's shared memory: its per-token sums of squares [64][TB + 1] and head sums [2][TB].
+  constexpr std::uint32_t tb = kConvFwdTokens;
+  return {.conv_fwd = make(dev, "conv_fwd", spirv::conv_fwd, 5, (64 * (tb + 1) + 2 * tb) * 4, {conv_taps}),
           .conv_bwd = make(dev, "conv_bwd", spirv::conv_bwd, 4, 0, {conv_taps}),
           .gate_prep = make(dev, "gate_prep", spirv::gate_prep, 5, 0)};
 }

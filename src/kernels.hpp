@@ -33,10 +33,12 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 struct CommonKernels {
   std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
-/// The conv kernels' tokens per invocation and workgroup size (shaders/conv.glsl): workgroups for
-/// B windows of T tokens and C channels.
-inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C) {
-  return (B * ((T + 15) / 16) * (C / 4) + 63) / 64;
+/// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/conv_fwd.comp, conv.glsl).
+constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 16;
+/// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
+/// (shaders/conv.glsl).
+inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C, std::uint64_t tokens) {
+  return (B * ((T + tokens - 1) / tokens) * (C / 4) + 63) / 64;
 }
 
 /// The per-head family (shaders/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).

@@ -350,7 +350,7 @@ struct LayerImpl {
     const Push pc = push(B, T, f.keep);
     const std::uint64_t BT = std::uint64_t(B) * T;
     r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y), v(*f.qkn), v(*f.nq)}, pc,
-               conv_groups(f.B, f.T, cfg.channels()));
+               conv_groups(f.B, f.T, cfg.channels(), kConvFwdTokens));
     r.mark("conv_fwd");  // the q/k l2 norms fused in
     r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
     r.mark("gate_prep");
@@ -453,7 +453,7 @@ struct LayerImpl {
                  pc, BT * cfg.nk);
       r.mark("qk_bwd2");
     }
-    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels()));
+    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels(), kConvBwdTokens));
     r.mark("conv_bwd");
   }
 
