@@ -14,15 +14,10 @@
 // that shrink (K~, M^T Q, E^T K), the diagonal of M left out of both (its terms cancel);
 // d(log g_m) = sum_{i >= m} dlg_i. Leaves per (token, v-head) a record
 // [dq^ (D), dk^ (D), d(log g), dbeta] for qk_bwd2 and dv in dy's v part.
-// Built twice: the MATRIX_UNITS build (chunks of 16, subgroups of 32) goes with the matrix units'
-// forward (chunk_fwd_mma, whose tape holds u itself in place of kv) and takes the key-dim pair dots
-// to the matrix units (mma.glsl).
+// The matrix units' path runs chunk_grads_mma.comp in its place.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
-#ifdef MATRIX_UNITS
-#include "mma.glsl"
-#endif
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
@@ -55,41 +50,6 @@ shared float red_extra[256u / 8u];
 #define C_(at) mC[(at) / 4u][(at) % 4u]
 #define D_(at) mD[(at) / 4u][(at) % 4u]
 #define TILE_(at) tile4[(at) / 4u][(at) % 4u]
-
-#ifdef MATRIX_UNITS
-// ---- the key-dim pair dots on the matrix units (CH = 16: one tile of rows) ----
-#define QC 32u   // key dims staged per round (a quarter of D)
-#define QP 10u   // row stride (uvec2s: 4 halves) of the stage: rows 80 bytes apart, in distinct banks
-shared uvec2 st_hi[2u * 16u * QP], st_lo[2u * 16u * QP];  // k^, dW: [operand][row i][r], fp16 pairs
-shared float pp[2u * 256u];                                   // G, dW K^T: [pair][i][j]
-
-// The key-dim pair dots G = K K^T (subgroup 0) and dW K^T (subgroup 1) into pp, [pair][i][j].
-void matrix_key_products(Chunk k, uint tid) {
-  const uint sg = gl_SubgroupID;
-  F32M acc = F32M(0.0), lo = F32M(0.0);
-  for (uint r0 = 0u; r0 < D; r0 += QC) {
-    // vec4 tid of the stage: operand tid / 128 (k^, dW), row (tid / 8) % 16, columns 4 (tid % 8) ..
-    const uint which = tid / 128u, i = (tid / 8u) % 16u, rr = r0 + 4u * (tid % 8u);
-    vec4 x = vec4(0.0);
-    if (i < k.L)
-      [[unroll]] for (uint c = 0u; c < 4u; ++c) x[c] = which == 0u ? k_at(k, i, rr + c) : dw[head_row(k, i) * D + rr + c];
-    barrier();  // the previous round's readers are done
-    PUT_SPLIT4(st_hi, st_lo, (which * 16u + i) * QP + tid % 8u, x)
-    barrier();
-    if (sg < 2u)
-      [[unroll]] for (uint ct = 0u; ct < QC / 16u; ++ct) {
-        F16M ah, al, bh, bl;  // A = k^ or dW [i][r], B = k^T: column-major loads of the stage
-        coopMatLoadNV(ah, st_hi, sg * 16u * QP + 4u * ct, QP, false);
-        coopMatLoadNV(al, st_lo, sg * 16u * QP + 4u * ct, QP, false);
-        coopMatLoadNV(bh, st_hi, 4u * ct, QP, true);
-        coopMatLoadNV(bl, st_lo, 4u * ct, QP, true);
-        MMA_SPLIT(acc, lo, ah, al, bh, bl)
-      }
-  }
-  if (sg < 2u) coopMatStoreNV(unsplit(acc, lo), pp, 256u * sg, 16u, false);
-  barrier();
-}
-#endif
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -140,15 +100,6 @@ void main() {
   // ---- over the key dims r: the pair dots G = <k_i, k_j>, <dW_i, k_j> ----
   vec2 gkk[2], dwk[2];
   gkk[0] = vec2(0.0); gkk[1] = vec2(0.0); dwk[0] = vec2(0.0); dwk[1] = vec2(0.0);
-#ifdef MATRIX_UNITS
-  matrix_key_products(k, tid);
-  if (pair_ok)
-    [[unroll]] for (uint a = 0u; a < 2u; ++a)
-      [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
-        gkk[a][b2] = pp[(2u * pi + a) * 16u + 2u * pj + b2];
-        dwk[a][b2] = pp[256u + (2u * pi + a) * 16u + 2u * pj + b2];
-      }
-#else
   {
     const uint OP = TILE * CHP / 4u;
     float pre[PRE / 2u];
@@ -175,7 +126,6 @@ void main() {
         }
     }
   }
-#endif
   // ---- the pairs: G (mB), M (mA), dT (mC), all [i][j] ----
   if (pair_ok)
     [[unroll]] for (uint a = 0u; a < 2u; ++a)

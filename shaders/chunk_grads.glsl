@@ -6,7 +6,7 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, or the forward's)
 layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
 layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape);
-                                                                        // MATRIX_UNITS: u (chunk_fwd_mma's tape)
+                                                                        // the matrix units' passes: u (chunk_fwd_mma's tape)
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) readonly buffer Du { float du_in[]; };     // [B, T, nv*D] dU (chunk_dstate)
 layout(set = 0, binding = 7) buffer Wm { float dw[]; };                 // [B, T, nv, D]: dW (chunk_values)
@@ -41,11 +41,7 @@ void load_chunk_rows(Chunk k, uint tid) {
 
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
-#ifdef MATRIX_UNITS
-  return kv_in[(bt * pc.nv + k.h) * D + col];
-#else
   return bet[i] * (y[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col] - kv_in[(bt * pc.nv + k.h) * D + col]);
-#endif
 }
 float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col]; }
 

@@ -25,12 +25,6 @@ shared float tiles[NSG * 2u * 256u];
 
 void put_tile(uint at, vec4 x) { tiles[at] = x.x; tiles[at + 1u] = x.y; tiles[at + 2u] = x.z; tiles[at + 3u] = x.w; }
 vec4 tile4_at(uint at) { return vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]); }
-// The 8 elements of a subgroup's 16 x 16 tile [i][column] that lane `lane` moves, as two vec4: rows
-// tile_row(lane, e) = lane / 4 + 8 e (e = 0, 1), columns 4 (lane % 4) .. 4 (lane % 4) + 3, so that a
-// vec4 load or store instruction of the subgroup covers 8 whole 64-byte rows. tile_lane is the
-// first's offset in the tile (the second is 128 further).
-uint tile_row(uint lane, uint e) { return lane / 4u + 8u * e; }
-uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
 // vec4 index, in a [B, T, nv*D] tensor, of the lane's 4 columns (of the subgroup's 16 from col0) in
 // the row of chunk row i (clamped into the chunk).
 uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i, k.L - 1u)) * D + col0 + 4u * (lane % 4u)) / 4u; }

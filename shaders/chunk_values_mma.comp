@@ -26,7 +26,6 @@
 layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
 
-#define MATRIX_UNITS
 #include "chunk_grads.glsl"
 
 // vec4 views of chunk_grads.glsl's bindings, and the forward's W.

@@ -53,6 +53,13 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
     acc = coopMatMulAddNV(ah, bh, acc);      \
   }
 
+// The 8 elements of a subgroup's 16 x 16 tile [i][column] that lane `lane` moves, as two vec4: rows
+// tile_row(lane, e) = lane / 4 + 8 e (e = 0, 1), columns 4 (lane % 4) .. 4 (lane % 4) + 3, so that a
+// vec4 load or store instruction of the subgroup covers 8 whole 64-byte rows. tile_lane is the
+// first's offset in the tile (the second is 128 further).
+uint tile_row(uint lane, uint e) { return lane / 4u + 8u * e; }
+uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
+
 // Writes a subgroup's fp32 16 x 16 result held transposed, x = X^T [col][i], through its tile of the
 // shader's shared float array `tiles` ([i][16] from t_at), to rows i < rows of a tensor: element
 // (i, col) of X becomes buf[ROW_AT + col] = SCALE * X, where ROW_AT and SCALE may use i_. Lane l moves

@@ -146,9 +146,12 @@ constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
 }
-// chunk_grads's, plus its MATRIX_UNITS stage (2 operands as fp16 pairs [16][40]) and pair dots
-// ([2][16][16]).
-constexpr std::uint32_t chunk_grads_mma_shared() { return chunk_grads_shared(16, 32) + 2 * 2 * 16 * 40 * 2 + 2 * 256 * 4; }
+// chunk_grads_mma: its 8 staged right factors (fp16 pairs [16][24]), the chunk's 5 fp32 16 x 16
+// matrices, two fp32 tiles per subgroup (8), the row shares [8][2][16] and the small arrays (extra,
+// dbeta, dlg, and chunk.glsl's lg and bet).
+constexpr std::uint32_t chunk_grads_mma_shared() {
+  return 2 * 8 * 16 * 24 * 2 + (5 * 256 + 8 * 512 + 8 * 2 * 16 + 8 + 4 * 16) * 4;
+}
 }  // namespace
 
 std::string chunked_why_not(const DeviceInfo& info, std::uint32_t sg, std::uint32_t chunk) {

@@ -65,7 +65,7 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
   /// chunk_dstate, chunk_values and chunk_grads on the matrix units (chunk_dstate_mma.comp,
-  /// chunk_values_mma.comp, chunk_grads.comp built with MATRIX_UNITS); null where they do not run.
+  /// chunk_values_mma.comp, chunk_grads_mma.comp); null where they do not run.
   /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
   /// kColumnBlocks.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_values_mma, chunk_grads_mma;
