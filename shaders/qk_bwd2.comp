@@ -82,9 +82,8 @@ void main() {
       db[bt * pc.nv + h] = dbeta * beta * (1.0 - beta);
     }
   }
-  float q, k, dq_raw, dk_raw;
-  l2_inputs(tid, idx, q, k);
-  l2_backward(tid, idx, q, k, dq, dk, dq_raw, dk_raw);
+  float dq_raw, dk_raw;
+  l2_backward(tid, idx, dq, dk, dq_raw, dk_raw);
   dy[bt * pc.c_dim + ko * D + tid] = dq_raw;
   dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = dk_raw;
 }
