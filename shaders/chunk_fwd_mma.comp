@@ -1,13 +1,14 @@
 #version 460
 // Chunked forward on the matrix units: the recurrence of a window as one serial pass over its
 // chunks of CH = 16 tokens (chunk.glsl), from the operators chunk_prep_fwd made for every chunk at
-// once (W, T, P, lg). With S0 the state at the chunk's start:
-//   U = T diag(beta) V - W S0      the chunk's u rows (the tape keeps them in place of kv)
+// once (T, P, lg). With S0 the state at the chunk's start:
+//   U = T diag(beta) (V - K^ S0)   the chunk's u rows (the tape keeps them in place of kv);
+//                                  K^ = diag(gamma) K, so that W S0 = T diag(beta) K^ S0 (W is not made)
 //   O = diag(gamma) Q S0 + P U     the chunk's output rows, before the norm
 //   S_end = Gamma S0 + K~^T U      K~ = diag(Gamma / gamma) K
 // The layout (chunk_mma.glsl, shared with chunk_dstate_mma, this pass's backward): S^T [column][row]
 // in registers, so that the register-held matrices stay on the left of the products:
-//   U^T = V^T (T diag(beta))^T - S^T W^T,   O^T = S^T Q~^T + U^T P^T,   S^T <- Gamma S^T + U^T K~
+//   U^T = (V^T - S^T K^^T) (T diag(beta))^T,   O^T = S^T Q~^T + U^T P^T,   S^T <- Gamma S^T + U^T K~
 // The gated RMSNorm of norm_fwd2 is fused in: each chunk's O rows leave as the layer's output
 //   out = O / sqrt(mean(O^2) + eps) * norm * silu(z)
 // (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u
@@ -24,7 +25,7 @@ layout(constant_id = 0) const uint SG = 32;
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep_fwd)
-layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep_fwd)
+layout(set = 0, binding = 2) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (chunk_prep_fwd)
 layout(set = 0, binding = 3) writeonly buffer Up4 { vec4 up4[]; };      // [B, T, nv*D/4] U (tape)
 layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep_fwd)
 layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm (tape)
@@ -33,26 +34,11 @@ layout(set = 0, binding = 7) readonly buffer Z4 { vec4 z4[]; };         // [B, T
 layout(set = 0, binding = 8) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
 layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T, nv*D/4] the layer's output
 layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B, T, nv] 1/rms (tape)
-layout(set = 0, binding = 11) readonly buffer Tm4 { vec4 t4[]; };       // [B, T, nv, CH/4] T (chunk_prep_fwd)
-layout(set = 0, binding = 12) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
-layout(set = 0, binding = 13) readonly buffer Y4 { vec4 y4[]; };        // [B, T, C/4]: v at (2*nk*D + h*D) / 4
+layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
+layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, C/4]: v at (2*nk*D + h*D) / 4
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
-
-shared uvec2 tbh[16u * PP], tbl[16u * PP];  // T diag(beta) [i][j], hi and lo (rows as P's)
-
-// Invocations 0 .. 63: row tid / 4 of chunk k's T diag(beta), columns 4 (tid % 4) ..
-vec4 fetch_t_beta(Chunk k, uint tid) {
-  vec4 x = vec4(0.0);
-  if (tid < 64u && tid / 4u < k.L) {
-    const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
-    vec4 be;
-    [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
-    x = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u] * be;
-  }
-  return x;
-}
 
 // The lane's elements (tile_row, tile_lane) of chunk k's V rows at the subgroup's 16 columns from
 // col0; rows past the chunk are zero.
@@ -83,22 +69,20 @@ void main() {
   // A chunk's operators and V are loaded while the chunk before updates its state (their registers
   // are free then), so that their latency is off the serial chain.
   Operators next;
-  vec4 v_next[2], tb_next;
+  vec4 v_next[2];
   {
     const Chunk k0 = chunk_of(b, h, 0u);
     next = fetch_operators(k0, tid);
     fetch_v(k0, lane, col0, v_next);
-    tb_next = fetch_t_beta(k0, tid);
   }
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = next;
-    const vec4 v[2] = v_next, tb = tb_next;
+    const vec4 v[2] = v_next;
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done
     stage_operators(cur, tid);
-    if (tid < 64u) PUT_SPLIT4(tbh, tbl, (tid / 4u) * PP + tid % 4u, tb)
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 128u * e, v[e]);
     barrier();
 
@@ -108,29 +92,28 @@ void main() {
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(st[rt], ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
 
-    // U^T = V^T (T diag(beta))^T - S^T W^T and O^T = S^T Q~^T, sharing the split of S^T (W^T, Q~^T,
-    // (T diag(beta))^T: column-major loads)
-    F32M u = F32M(0.0), u_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
-    {
-      F32M vt;
-      coopMatLoadNV(vt, tiles, t_u, 16u, true);  // V^T [column][j]
-      F16M vh, vl, bh_, bl;
-      split(vt, vh, vl);
-      coopMatLoadNV(bh_, tbh, 0u, PP, true);
-      coopMatLoadNV(bl, tbl, 0u, PP, true);
-      MMA_SPLIT(u, u_lo, vh, vl, bh_, bl)
-    }
+    // X^T = V^T - S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major
+    // loads); then U^T = X^T (T diag(beta))^T
+    F32M x, x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
+    coopMatLoadNV(x, tiles, t_u, 16u, true);  // V^T [column][j]
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(st[rt], sh, sl);
-      coopMatLoadNV(bh_, wh, 4u * rt, DP, true);
-      coopMatLoadNV(bl, wl, 4u * rt, DP, true);
-      MMA_SPLIT(u, u_lo, sh, sl, bh_, bl)
+      coopMatLoadNV(bh_, kgh, 4u * rt, DP, true);
+      coopMatLoadNV(bl, kgl, 4u * rt, DP, true);
+      MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
       coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
       coopMatLoadNV(bl, ql, 4u * rt, DP, true);
       MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
     }
-    u = unsplit(u, u_lo);
+    F32M u = F32M(0.0);
+    {
+      F16M xh, xl, bh_, bl;
+      split(unsplit(x, x_lo), xh, xl);
+      coopMatLoadNV(bh_, tbh, 0u, PP, true);
+      coopMatLoadNV(bl, tbl, 0u, PP, true);
+      mma_split_into(u, xh, xl, bh_, bl);
+    }
     F16M uh, ul;
     split(u, uh, ul);
     {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j])
@@ -160,7 +143,6 @@ void main() {
       const Chunk k1 = chunk_of(b, h, c + 1u);
       next = fetch_operators(k1, tid);
       fetch_v(k1, lane, col0, v_next);
-      tb_next = fetch_t_beta(k1, tid);
     }
 
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)

@@ -119,6 +119,37 @@ void row_share(F32M x, uint t_at, uint lane, uint sg, uint w) {
   subgroupBarrier();
 }
 
+// The lane's share (tile_row, tile_lane) of a subgroup's operand tile [i][column] at its 16 columns
+// from col0; rows past the chunk are zero.
+#define OP_K 0u   // k^
+#define OP_Q 1u   // q^
+#define OP_W 2u   // dW
+#define OP_U 3u   // dU
+#define OP_V 4u   // v
+#define OP_X1 5u  // the record's dq^ so far, X1g
+#define OP_X2 6u  // the record's dk^ so far, X2g
+void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
+    const uint bt = k.b * pc.t + k.t0 + i, row = head_row(k, i), r2 = (row * RW + 4u * c4) / 2u;  // RW even
+    x[e] = vec4(0.0);
+    if (i < k.L) {
+      if (which == OP_K) x[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + c4];
+      else if (which == OP_Q) x[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + c4];
+      else if (which == OP_W) x[e] = dw4[row * (D / 4u) + c4];
+      else if (which == OP_U) x[e] = du4[row * (D / 4u) + c4];
+      else if (which == OP_V) x[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D) / 4u + c4];
+      else if (which == OP_X1) x[e] = vec4(rec2[r2], rec2[r2 + 1u]);
+      else x[e] = vec4(rec2[r2 + D / 2u], rec2[r2 + D / 2u + 1u]);
+    }
+  }
+}
+
+float dot_tiles(F32M x, F32M y) {  // this lane's share of sum x o y
+  float s = 0.0;
+  for (int e = 0; e < x.length(); ++e) s = fma(x[e], y[e], s);
+  return s;
+}
 F32M times(F32M x, F32M y) {  // element-wise (one layout: F32M's)
   F32M z = x;
   for (int e = 0; e < z.length(); ++e) z[e] = x[e] * y[e];
@@ -134,25 +165,11 @@ void main() {
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   const uint col0 = 16u * sg, t0 = sg * 512u, t1 = t0 + 256u;  // the subgroup's columns and tiles
 
-  // The lane's share (tile_row, tile_lane) of the subgroup's operand tiles [i][column]; rows past
-  // the chunk are zero. k^, q^, dW, dU, V, and the record's X1g, X2g.
-  vec4 xk[2], xq[2], xw[2], xu[2], xv[2], xr[2], xt[2];
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
-    xk[e] = vec4(0.0); xq[e] = vec4(0.0); xw[e] = vec4(0.0); xu[e] = vec4(0.0); xv[e] = vec4(0.0);
-    xr[e] = vec4(0.0); xt[e] = vec4(0.0);
-    if (i < k.L) {
-      const uint bt = k.b * pc.t + k.t0 + i, row = head_row(k, i);
-      xq[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + c4];
-      xk[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + c4];
-      xw[e] = dw4[row * (D / 4u) + c4];
-      xu[e] = du4[row * (D / 4u) + c4];
-      xv[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D) / 4u + c4];
-      const uint r2 = (row * RW + 4u * c4) / 2u;  // RW even: vec2 reads
-      xr[e] = vec4(rec2[r2], rec2[r2 + 1u]);
-      xt[e] = vec4(rec2[r2 + D / 2u], rec2[r2 + D / 2u + 1u]);
-    }
-  }
+  // The lane's share (tile_row, tile_lane) of the subgroup's operand tiles (k^ and dW now, the others
+  // once the key-dim products are done: registers)
+  vec4 xk[2], xw[2], xq[2], xu[2], xv[2], xr[2], xt[2];
+  fetch_operand(k, lane, col0, OP_K, xk);
+  fetch_operand(k, lane, col0, OP_W, xw);
   // Invocation (pi, pj) = (tid / 16, tid % 16): T[pi][pj] and the pair dots <dO_pi, u_pj>, <dU_pi, v_pj>.
   const uint pi = tid / 16u, pj = tid % 16u;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
@@ -160,12 +177,11 @@ void main() {
 
   // ---- the key-dim pair dots, the subgroup's share: K_c K_c^T and dW_c K_c^T [i][j] ----
   F16M kth, ktl, wth, wtl;  // K^T, dW^T [column][i], split: left operands of the products below
-  F32M kt;                  // K^T, for the element-wise products
   {
     put_tile2(t0, lane, xk);
     put_tile2(t1, lane, xw);
     TILE_SYNC()
-    F32M x;
+    F32M x, kt;
     F16M ah, al;
     coopMatLoadNV(kt, tiles, t0, 16u, true);
     split(kt, kth, ktl);
@@ -182,6 +198,8 @@ void main() {
     coopMatStoreNV(g, tiles, t0, 16u, false);
     coopMatStoreNV(dwk, tiles, t1, 16u, false);
   }
+  fetch_operand(k, lane, col0, OP_U, xu);
+  fetch_operand(k, lane, col0, OP_V, xv);
   load_chunk_rows(k, tid);  // lg, bet; its barrier also publishes the partials
 
   // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
@@ -232,6 +250,8 @@ void main() {
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
   const uint rows = k.L;
+  // K^T again from its split, for the element-wise products (fewer registers than keeping it)
+#define KT_F32 (F32M(kth) + F32M(ktl) * (1.0 / LO))
   F32M bsum, asum;  // the element-wise terms of dbeta and dlg
   {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
     put_tile2(t0, lane, xu);
@@ -250,10 +270,14 @@ void main() {
     mma_coef(y, uh, ul, CF_TB);
     STORE_TILE_T(y, t0, lane, rows, dy, (k.b * pc.t + k.t0 + i_) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0, 1.0)
   }
+  // (loads in flight while the next products run: so late, for registers)
+  fetch_operand(k, lane, col0, OP_Q, xq);
+  fetch_operand(k, lane, col0, OP_X2, xt);
+  fetch_operand(k, lane, col0, OP_X1, xr);
   {  // (dW^T T diag(gamma)) for dbeta
     F32M y = F32M(0.0);
     mma_coef(y, wth, wtl, CF_TG);
-    bsum = bsum + times(kt, y);
+    bsum = bsum + times(KT_F32, y);
     row_share(bsum, t0, lane, sg, 1u);
   }
   float extra = tid == 0u ? sdot[wg] : 0.0;  // this invocation's share of dlg at CH-1
@@ -267,14 +291,14 @@ void main() {
     split(qt, qh, ql);
     coopMatLoadNV(dm, tiles, t1, 16u, true);  // X2g^T
     subgroupBarrier();
-    for (int e = 0; e < dm.length(); ++e) extra = fma(kt[e], dm[e], extra);
+    extra += dot_tiles(KT_F32, dm);
     mma_coef(dm, qh, ql, CF_M);
     mma_coef(dm, kth, ktl, CF_E2);
     F32M dk = dm;
     mma_coef(dk, wth, wtl, CF_TBG);
     mma_coef(dk, kth, ktl, CF_E1);
     STORE_TILE_T(dk, t0, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
-    asum = times(kt, dk - dm * 2.0);
+    asum = times(KT_F32, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     put_tile2(t1, lane, xr);
     TILE_SYNC()

@@ -5,10 +5,11 @@
 // (window, v-head); subgroup s owns state columns 16 s .. 16 s + 15 and keeps them transposed
 // ([its 16 columns][row r]) as eight fp32 16 x 16 tiles in registers (rows 16 rt .. 16 rt + 15).
 // Columns are independent, so the subgroups never exchange results: the workgroup shares only the
-// staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, -W and P, as fp16 pairs
-// (mma.glsl). 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63
+// staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, -K^ = -diag(gamma) K, P and
+// T diag(beta), as fp16 pairs (mma.glsl). W = T diag(beta gamma) K = T diag(beta) K^ is never made:
+// a product with W is one with K^ and one with T diag(beta) (16 x 16). 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63
 // against 0.86 ms for chunk_dstate_mma on the H200 at the 27B shape.
-// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, w4 ([B, T, nv, D/4]) and p4 ([B, T, nv, CH/4]).
+// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]) and gates.
 #define NSG 8u
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
@@ -18,8 +19,9 @@
 #define PP 6u
 shared uvec2 kh[16u * DP], kl[16u * DP];  // K~ hi, lo
 shared uvec2 qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
-shared uvec2 wh[16u * DP], wl[16u * DP];  // -W hi, lo
+shared uvec2 kgh[16u * DP], kgl[16u * DP];  // -K^ = -diag(gamma) K hi, lo
 shared uvec2 ph[16u * PP], pl[16u * PP];  // P hi, lo
+shared uvec2 tbh[16u * PP], tbl[16u * PP];  // T diag(beta) [i][j] hi, lo (rows as P's)
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
@@ -54,37 +56,46 @@ float row_total(uint i) {
 
 // One invocation's share of a chunk's operators.
 struct Operators {
-  vec4 k[2], q[2], w[2];  // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^, W
-  float lgi[2], lgam;     // lg of those rows, and of the chunk's last row (log Gamma)
-  vec4 p;                 // P row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
+  vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
+  float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
+  vec4 p, tb;          // P and T diag(beta): row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
 };
 
 Operators fetch_operators(Chunk k, uint tid) {
   Operators f;
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
-    f.k[e] = vec4(0.0); f.q[e] = vec4(0.0); f.w[e] = vec4(0.0);
+    f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
     if (i < k.L) {
       const uint bt = k.b * pc.t + k.t0 + i;
       f.k[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
       f.q[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
-      f.w[e] = w4[head_row(k, i) * (D / 4u) + r4];
     }
   }
   f.lgam = chunk_lg(k, CH - 1u);
   f.p = vec4(0.0);
-  if (tid < 64u && tid / 4u < k.L) f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
+  f.tb = vec4(0.0);
+  if (tid < 64u && tid / 4u < k.L) {
+    const uint row = head_row(k, tid / 4u), j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
+    vec4 be;
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
+    f.p = p4[row * (CH / 4u) + tid % 4u];
+    f.tb = t4[row * (CH / 4u) + tid % 4u] * be;
+  }
   return f;
 }
 
-// Stages K~, Q~, -W and P, split into fp16 pairs. Between two workgroup barriers.
+// Stages K~, Q~, -K^, P and T diag(beta), split into fp16 pairs. Between two workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
     PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * f.q[e])
-    PUT_SPLIT4(wh, wl, at, -f.w[e])
+    PUT_SPLIT4(kgh, kgl, at, -exp(f.lgi[e]) * f.k[e])
   }
-  if (tid < 64u) PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
+  if (tid < 64u) {
+    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
+    PUT_SPLIT4(tbh, tbl, (tid / 4u) * PP + tid % 4u, f.tb)
+  }
 }

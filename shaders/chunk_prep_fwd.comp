@@ -6,9 +6,8 @@
 //   G = K K^T,   H = Q K^T
 //   A_h[i][j] = beta_i exp(lg_i - lg_j) G[i][j]  (j < i),   T_h = (I + A_h)^-1
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
-//   W_h = T_h diag(beta gamma) K
-// with lg and beta of head h. Stores W, T, P and lg (chunk_fwd_mma makes U' = T diag(beta) V itself,
-// where V is read anyway).
+// with lg and beta of head h. Stores T, P and lg. (W = T diag(beta gamma) K is not made: the matrix
+// units' passes take its products as ones with diag(gamma) K and T diag(beta).)
 // The per-head part runs HB heads at a time (the group of the 27B shape, 3, in one batch).
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -16,10 +15,9 @@ layout(local_size_x = 256) in;
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };   // [2][B, T, nk, D/4] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
-layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T, nv, D] rows of W
-layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
-layout(set = 0, binding = 5) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
-layout(set = 0, binding = 6) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
+layout(set = 0, binding = 3) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
+layout(set = 0, binding = 4) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
+layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
 
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
@@ -29,7 +27,6 @@ shared vec4 ks[R * KP], qs[R * KP];  // k^, q^ of the chunk: [row i][element r /
 shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
-shared vec4 st4[HB * R * R / 4u];  // T_h [head][i][j], as vec4 along j
 
 void main() {
   const uint nch = (pc.t + R - 1u) / R;
@@ -39,8 +36,6 @@ void main() {
   const uint b = wg / nch / pc.nk, ko = (wg / nch) % pc.nk, c = wg % nch;
   const uint t0 = c * R, L = min(R, pc.t - t0), group = pc.nv / pc.nk;
   const uint bt0 = b * pc.t + t0;  // row of the chunk's first token in [B, T, ...] tensors
-  // The W part: invocation (r, odd) makes column r of W's even (odd 0) or odd (odd 1) rows.
-  const uint r = tid % D, odd = tid / D;
 
   // Stage k^ and q^: 2 x 16 rows of 32 vec4, four vec4 per invocation (vec4 e: k^ for e < 512).
   [[unroll]] for (uint q = 0u; q < 4u; ++q) {
@@ -61,15 +56,12 @@ void main() {
     gram[tid] = g4.x + g4.y + g4.z + g4.w;
     hqk[tid] = h4.x + h4.y + h4.z + h4.w;
   }
-  // This invocation's column of K, for W.
-  float kcol[R];
-  [[unroll]] for (uint j = 0u; j < R; ++j) kcol[j] = ks[j * KP + r / 4u][r % 4u];
 
   const uint n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   for (uint h0 = 0u; h0 < group; h0 += HB) {
     const uint nh = min(HB, group - h0);
     const uint hfirst = ko * group + h0;  // the batch's first v-head
-    barrier();  // the last batch's readers of lgs, bets, sa, st4 are done (and the first's G, H are in)
+    barrier();  // the last batch's readers of lgs, bets, sa are done (and the first's G, H are in)
     if (tid < nh * R) {  // gates: invocation (head, row i); the padding rows get beta 0, log g 0
       const uint i = tid % R, h = hfirst + tid / R;
       float l = 0.0, be = 0.0;
@@ -109,27 +101,8 @@ void main() {
         [[unroll]] for (uint j = 0u; j < i; ++j) s = fma(-sa[(hb * R + i) * R + j], x[j], s);
         x[i] = s;
       }
-      [[unroll]] for (uint i = 0u; i < R; ++i) {
-        st4[(hb * R * R + i * R + m) / 4u][m % 4u] = x[i];
+      [[unroll]] for (uint i = 0u; i < R; ++i)
         if (i < L) t_out[((bt0 + i) * pc.nv + h) * R + m] = x[i];
-      }
-    }
-    barrier();
-    // W_h[i][r] = sum_{j <= i} T_h[i][j] beta_j gamma_j k_j[r]
-    for (uint hb = 0u; hb < nh; ++hb) {
-      const uint h = hfirst + hb;
-      float o[R];  // the operand's column: beta gamma k
-      [[unroll]] for (uint j = 0u; j < R; ++j) o[j] = bets[hb * R + j] * exp(lgs[hb * R + j]) * kcol[j];
-      [[unroll]] for (uint i2 = 0u; i2 < R / 2u; ++i2) {
-        const uint i = 2u * i2 + odd;
-        float s = 0.0;
-        [[unroll]] for (uint j4 = 0u; j4 < R / 4u; ++j4) {
-          if (4u * j4 > 2u * i2 + 1u) break;  // T is lower triangular: T[i][j] = 0 for j > i
-          const vec4 t4 = st4[(hb * R * R + i * R) / 4u + j4];
-          [[unroll]] for (uint l = 0u; l < 4u; ++l) s = fma(t4[l], o[4u * j4 + l], s);
-        }
-        if (i < L) w_out[((bt0 + i) * pc.nv + h) * D + r] = s;
-      }
     }
   }
 }

@@ -119,20 +119,18 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
-// chunk_prep_fwd: k^ and q^ of a chunk [16][132], G and H, and per head of a batch of 4: lg, beta,
-// A and T.
-constexpr std::uint32_t chunk_prep_fwd_shared() { return (2 * 16 * 132 + 2 * 256 + 4 * (2 * 16 + 2 * 256)) * 4; }
+// chunk_prep_fwd: k^ and q^ of a chunk [16][132], G and H, and per head of a batch of 4: lg, beta, A.
+constexpr std::uint32_t chunk_prep_fwd_shared() { return (2 * 16 * 132 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
-// The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike: K~, Q~, -W as fp16
-// pairs [16 rows][136], P as fp16 pairs [16][24], two fp32 16 x 16 tiles per subgroup (8); lg, bet;
-// the row sums of the norm's forward or backward ([8][16]).
+// The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike (chunk_mma.glsl):
+// K~, Q~, -diag(gamma) K as fp16 pairs [16 rows][136], P and T diag(beta) as fp16 pairs [16][24],
+// two fp32 16 x 16 tiles per subgroup (8); lg, bet; the row sums of the norm's forward or backward
+// ([8][16]).
 constexpr std::uint32_t matrix_pass_shared() {
-  return 6 * 16 * 136 * 2 + 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
+  return 6 * 16 * 136 * 2 + 2 * 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
 }
-// chunk_fwd_mma's T diag(beta), as fp16 pairs [16][24] (rows as P's).
-constexpr std::uint32_t chunk_fwd_mma_extra_shared() { return 2 * 16 * 24 * 2; }
 constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
@@ -171,7 +169,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared() + chunk_fwd_mma_extra_shared(),
+  const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared(),
                                chunk_values_mma_shared(), chunk_grads_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
@@ -189,14 +187,13 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings + 1,
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 14, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings,
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 7, chunk_prep_fwd_shared());
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14,
-                           matrix_pass_shared() + chunk_fwd_mma_extra_shared(), {32, ch}, 32);
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 6, chunk_prep_fwd_shared());
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 13, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;
 }
