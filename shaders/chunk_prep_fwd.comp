@@ -8,9 +8,13 @@
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
 // with lg and beta of head h. Stores T, P and lg. (W = T diag(beta gamma) K is not made: the matrix
 // units' passes take its products as ones with diag(gamma) K and T diag(beta).)
-// The per-head part runs HB heads at a time (the group of the 27B shape, 3, in one batch).
+// G and H are 16 x 16 x 128 products on the matrix units (mma.glsl): subgroup s makes their shares
+// over key dims 16 s .. 16 s + 15, the workgroup adds the 8. The per-head part runs HB heads at a
+// time (the group of the 27B shape, 3, in one batch).
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
-layout(local_size_x = 256) in;
+#include "mma.glsl"
+layout(local_size_x = 256) in;  // 8 subgroups of 32 (the host requires exactly 32)
 
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };   // [2][B, T, nk, D/4] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
@@ -22,8 +26,7 @@ layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
 #define HB 4u    // v-heads per batch of the per-head part
-#define KP 33u   // row stride (vec4s) of the k^, q^ stage: 528 bytes, so rows fall in distinct banks
-shared vec4 ks[R * KP], qs[R * KP];  // k^, q^ of the chunk: [row i][element r / 4]
+shared float tiles[8u * 512u];  // per subgroup two fp32 16 x 16 tiles: k^, q^ [i][r]; then its shares of G, H [i][j]
 shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
@@ -37,24 +40,45 @@ void main() {
   const uint t0 = c * R, L = min(R, pc.t - t0), group = pc.nv / pc.nk;
   const uint bt0 = b * pc.t + t0;  // row of the chunk's first token in [B, T, ...] tensors
 
-  // Stage k^ and q^: 2 x 16 rows of 32 vec4, four vec4 per invocation (vec4 e: k^ for e < 512).
-  [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-    const uint e = tid + 256u * q, is_k = e < R * 32u ? 1u : 0u, i = (e / 32u) % R, r4 = e % 32u;
-    const uint row = is_k * pc.nb * pc.t + bt0 + i;  // in qkn's [2][B, T] rows (q^ first)
-    const vec4 x = i < L ? qkn4[(row * pc.nk + ko) * (D / 4u) + r4] : vec4(0.0);
-    if (is_k != 0u) ks[i * KP + r4] = x; else qs[i * KP + r4] = x;
-  }
-  barrier();
-  {  // G and H: invocation (i, j) makes both elements (i, j)
-    const uint i = tid / R, j = tid % R;
-    vec4 g4 = vec4(0.0), h4 = vec4(0.0);
-    for (uint r4 = 0u; r4 < 32u; ++r4) {
-      const vec4 kj = ks[j * KP + r4];
-      g4 = fma(ks[i * KP + r4], kj, g4);
-      h4 = fma(qs[i * KP + r4], kj, h4);
+  {  // G and H: the subgroup's shares over its 16 key dims, then their sum
+    const uint lane = gl_SubgroupInvocationID, t0k = gl_SubgroupID * 512u, t0q = t0k + 256u;
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {  // the lane's share (tile_row, tile_lane) of the tiles
+      const uint i = tile_row(lane, e), at = tile_lane(lane) + 128u * e;
+      const uint r4 = 4u * gl_SubgroupID + lane % 4u;
+      vec4 k = vec4(0.0), q = vec4(0.0);
+      if (i < L) {
+        q = qkn4[((bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
+        k = qkn4[((pc.nb * pc.t + bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
+      }
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+        tiles[t0k + at + l] = k[l];
+        tiles[t0q + at + l] = q[l];
+      }
     }
-    gram[tid] = g4.x + g4.y + g4.z + g4.w;
-    hqk[tid] = h4.x + h4.y + h4.z + h4.w;
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    F32M x;
+    F16M kth, ktl, ah, al;
+    coopMatLoadNV(x, tiles, t0k, 16u, true);  // K^T [r][j]
+    split(x, kth, ktl);
+    F32M g = F32M(0.0), hq = F32M(0.0);
+    coopMatLoadNV(x, tiles, t0k, 16u, false);  // K [i][r]
+    split(x, ah, al);
+    mma_split_into(g, ah, al, kth, ktl);
+    coopMatLoadNV(x, tiles, t0q, 16u, false);  // Q [i][r]
+    split(x, ah, al);
+    mma_split_into(hq, ah, al, kth, ktl);
+    subgroupBarrier();  // every lane's loads of the tiles are done
+    coopMatStoreNV(g, tiles, t0k, 16u, false);
+    coopMatStoreNV(hq, tiles, t0q, 16u, false);
+    barrier();
+    float gs = 0.0, hs = 0.0;
+    [[unroll]] for (uint s = 0u; s < 8u; ++s) {
+      gs += tiles[s * 512u + tid];
+      hs += tiles[s * 512u + 256u + tid];
+    }
+    gram[tid] = gs;
+    hqk[tid] = hs;
   }
 
   const uint n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]

@@ -119,8 +119,9 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
-// chunk_prep_fwd: k^ and q^ of a chunk [16][132], G and H, and per head of a batch of 4: lg, beta, A.
-constexpr std::uint32_t chunk_prep_fwd_shared() { return (2 * 16 * 132 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
+// chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg,
+// beta, A.
+constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
@@ -192,7 +193,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 6, chunk_prep_fwd_shared());
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 6, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 13, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;
