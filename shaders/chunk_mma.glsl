@@ -7,8 +7,9 @@
 // Columns are independent, so the subgroups never exchange results: the workgroup shares only the
 // staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, -K^ = -diag(gamma) K, P and
 // T diag(beta), as fp16 pairs (mma.glsl). W = T diag(beta gamma) K = T diag(beta) K^ is never made:
-// a product with W is one with K^ and one with T diag(beta) (16 x 16). 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63
-// against 0.86 ms for chunk_dstate_mma on the H200 at the 27B shape.
+// a product with W is one with K^ and one with T diag(beta) (16 x 16). 8 subgroups per workgroup
+// measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms for chunk_dstate_mma on
+// the H200 at the 27B shape.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]) and gates.
 #define NSG 8u
 
