@@ -64,7 +64,7 @@ shared float dbeta_a[16u], dlg_s[16u];
 vec4 mat_row4(uint w, uint a, uint q) { return vec4(MAT(w, a, 4u * q), MAT(w, a, 4u * q + 1u), MAT(w, a, 4u * q + 2u), MAT(w, a, 4u * q + 3u)); }
 vec4 mat_col4(uint w, uint b, uint q) { return vec4(MAT(w, 4u * q, b), MAT(w, 4u * q + 1u, b), MAT(w, 4u * q + 2u, b), MAT(w, 4u * q + 3u, b)); }
 
-// Item n of the staging of coefficients `first` .. : coefficient first + n / 64, row m = (n / 4) % 16,
+// Item n of the staging of the right factors: factor n / 64 (CF_*), row m = (n / 4) % 16,
 // columns i = 4 q .. 4 q + 3 with q = n % 4.
 void stage_coefficient(uint n) {
   const uint c = n / 64u, m = (n / 4u) % 16u, q = n % 4u;
