@@ -1,13 +1,12 @@
 #version 460
 // Chunked backward on the matrix units, the serial pass: the sums of chunk_dstate.comp (which runs
 // where the device has no cooperative matrices) as 16x16x16 products of GL_NV_cooperative_matrix,
-// from the operators the matrix units' forward left on the tape (T, P, lg: no chunk_prep here).
+// from the operators the matrix units' forward left on the tape (W, P, lg: no chunk_prep here).
 //   dU = P^T dO + K~ dS                           K~ = diag(Gamma / gamma) K
-//   dS <- Gamma dS + Q~^T dO - K^^T (T diag(beta))^T dU   Q~ = diag(gamma) Q, K^ = diag(gamma) K
-// (W^T dU, with W = T diag(beta) K^ not made)
+//   dS <- Gamma dS + Q~^T dO - W^T dU              Q~ = diag(gamma) Q
 // The layout (chunk_mma.glsl): dS^T [column][row] in registers; the transposed products put every
 // register-held matrix on the left:
-//   dU^T = dO^T P + dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - (dU^T T diag(beta)) K^
+//   dU^T = dO^T P + dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - dU^T W
 // The gated RMSNorm backward of norm_bwd2 is fused in: each chunk's dO rows are made here from the
 // layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
 // the workgroup adds the 8 sums at the barrier the staging needs anyway),
@@ -25,7 +24,7 @@ layout(constant_id = 0) const uint SG = 32;
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
-layout(set = 0, binding = 2) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
+layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, pair slots, D cols, D rows]
@@ -36,9 +35,9 @@ layout(set = 0, binding = 9) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4]
 layout(set = 0, binding = 10) readonly buffer Inv { float inv_rms[]; }; // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T, nv*D/4] grad of the output
 layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
-layout(set = 0, binding = 13) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
 
 #include "chunk.glsl"
+#define STAGE_W
 #include "chunk_mma.glsl"
 
 void main() {
@@ -123,27 +122,19 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e)
       if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = tile4_at(t_du + t_lane + 128u * e);
 
-    // dS^T <- Gamma dS^T + dO^T Q~ - (dU^T T diag(beta)) K^   (T diag(beta), Q~, -K^: row-major loads)
-    F16M yh, yl;
-    {
-      F32M y = F32M(0.0);
-      F16M uh, ul, bh_, bl;
-      split(du, uh, ul);
-      coopMatLoadNV(bh_, tbh, 0u, PP, false);
-      coopMatLoadNV(bl, tbl, 0u, PP, false);
-      mma_split_into(y, uh, ul, bh_, bl);
-      split(y, yh, yl);
-    }
+    // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
+    F16M uh, ul;
+    split(du, uh, ul);
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      F16M qb, ql_, kb, kl_;
+      F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);
       coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
-      coopMatLoadNV(kb, kgh, 4u * rt, DP, false);
-      coopMatLoadNV(kl_, kgl, 4u * rt, DP, false);
+      coopMatLoadNV(wb, xh, 4u * rt, DP, false);
+      coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
       F32M acc = dst[rt] * gam, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
-      MMA_SPLIT(acc, lo, yh, yl, kb, kl_)
+      MMA_SPLIT(acc, lo, uh, ul, wb, wl_)
       dst[rt] = unsplit(acc, lo);
     }
   }

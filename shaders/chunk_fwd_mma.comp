@@ -99,8 +99,8 @@ void main() {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(st[rt], sh, sl);
-      coopMatLoadNV(bh_, kgh, 4u * rt, DP, true);
-      coopMatLoadNV(bl, kgl, 4u * rt, DP, true);
+      coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
+      coopMatLoadNV(bl, xl, 4u * rt, DP, true);
       MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
       coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
       coopMatLoadNV(bl, ql, 4u * rt, DP, true);

@@ -5,12 +5,17 @@
 // (window, v-head); subgroup s owns state columns 16 s .. 16 s + 15 and keeps them transposed
 // ([its 16 columns][row r]) as eight fp32 16 x 16 tiles in registers (rows 16 rt .. 16 rt + 15).
 // Columns are independent, so the subgroups never exchange results: the workgroup shares only the
-// staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, -K^ = -diag(gamma) K, P and
-// T diag(beta), as fp16 pairs (mma.glsl). W = T diag(beta gamma) K = T diag(beta) K^ is never made:
-// a product with W is one with K^ and one with T diag(beta) (16 x 16). 8 subgroups per workgroup
-// measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms for chunk_dstate_mma on
-// the H200 at the 27B shape.
-// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]) and gates.
+// staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, P and a third [16][128] one, as
+// fp16 pairs (mma.glsl):
+// - chunk_fwd_mma: -K^ = -diag(gamma) K and T diag(beta). W = T diag(beta gamma) K = T diag(beta) K^
+//   is not made: the forward takes W S0 as T diag(beta) (K^ S0), which costs a 16 x 16 product on
+//   its serial chain and saves the forward W's stores.
+// - chunk_dstate_mma (defines STAGE_W): -W, which chunk_prep_fwd stored with the tape (the same
+//   product on the backward's chain measured 0.08 ms of 0.66).
+// 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
+// for chunk_dstate_mma on the H200 at the 27B shape.
+// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc and p4 ([B, T, nv, CH/4]), and with STAGE_W w4
+// ([B, T, nv, D/4]), else t4 ([B, T, nv, CH/4]) and gates.
 #define NSG 8u
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
@@ -20,9 +25,11 @@
 #define PP 6u
 shared uvec2 kh[16u * DP], kl[16u * DP];  // K~ hi, lo
 shared uvec2 qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
-shared uvec2 kgh[16u * DP], kgl[16u * DP];  // -K^ = -diag(gamma) K hi, lo
+shared uvec2 xh[16u * DP], xl[16u * DP];  // -W (STAGE_W) or -K^ = -diag(gamma) K, hi, lo
 shared uvec2 ph[16u * PP], pl[16u * PP];  // P hi, lo
+#ifndef STAGE_W
 shared uvec2 tbh[16u * PP], tbl[16u * PP];  // T diag(beta) [i][j] hi, lo (rows as P's)
+#endif
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
@@ -58,6 +65,9 @@ float row_total(uint i) {
 // One invocation's share of a chunk's operators.
 struct Operators {
   vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
+#ifdef STAGE_W
+  vec4 w[2];           // and of W
+#endif
   float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
   vec4 p, tb;          // P and T diag(beta): row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
 };
@@ -68,35 +78,49 @@ Operators fetch_operators(Chunk k, uint tid) {
     const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
+#ifdef STAGE_W
+    f.w[e] = vec4(0.0);
+#endif
     if (i < k.L) {
       const uint bt = k.b * pc.t + k.t0 + i;
       f.k[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
       f.q[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
+#ifdef STAGE_W
+      f.w[e] = w4[head_row(k, i) * (D / 4u) + r4];
+#endif
     }
   }
   f.lgam = chunk_lg(k, CH - 1u);
   f.p = vec4(0.0);
   f.tb = vec4(0.0);
   if (tid < 64u && tid / 4u < k.L) {
-    const uint row = head_row(k, tid / 4u), j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
+    f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
+#ifndef STAGE_W
+    const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
     vec4 be;
     [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
-    f.p = p4[row * (CH / 4u) + tid % 4u];
-    f.tb = t4[row * (CH / 4u) + tid % 4u] * be;
+    f.tb = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u] * be;
+#endif
   }
   return f;
 }
 
-// Stages K~, Q~, -K^, P and T diag(beta), split into fp16 pairs. Between two workgroup barriers.
+// Stages K~, Q~, -W or -K^, P (and T diag(beta)), split into fp16 pairs. Between two workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
     PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * f.q[e])
-    PUT_SPLIT4(kgh, kgl, at, -exp(f.lgi[e]) * f.k[e])
+#ifdef STAGE_W
+    PUT_SPLIT4(xh, xl, at, -f.w[e])
+#else
+    PUT_SPLIT4(xh, xl, at, -exp(f.lgi[e]) * f.k[e])
+#endif
   }
   if (tid < 64u) {
     PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
+#ifndef STAGE_W
     PUT_SPLIT4(tbh, tbl, (tid / 4u) * PP + tid % 4u, f.tb)
+#endif
   }
 }

@@ -8,7 +8,7 @@
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
-// (W_b = T_b diag(beta_b gamma_b) K_b made here, as one product per subgroup)
+// (W_b: chunk_prep_fwd stored it with the tape)
 // so that the states, most of this pass's traffic, are read once per two chunks.
 // The layout: 16 subgroups; subgroup s makes chunk s / 8's products at key dims r = 16 (s % 8) ..
 // + 15, all transposed, with the states on the left (S^T [r][c] is a column-major read of a stage
@@ -29,7 +29,7 @@ layout(constant_id = 0) const uint SG = 32;
 
 #include "chunk_grads.glsl"
 
-// vec4 views of chunk_grads.glsl's bindings.
+// vec4 views of chunk_grads.glsl's bindings, and the forward's W.
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
 layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, C/4]
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
@@ -37,6 +37,7 @@ layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };    // [B, T, n
 layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };    // [B, T, nv*D/4]
 layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
 layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, nv, D/4] W (the forward's)
 
 #define RC 16u    // value dims per round
 #define DEPTH 2u  // rounds of loads in flight (H200: 1.005 ms against 1.023 at 3, whose registers spill)
@@ -134,14 +135,7 @@ void main() {
     const uint i = tid / 32u, r4 = tid % 32u;
     const vec4 x = i < ka.L ? exp(lgam_a - lgp[i]) * qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + i) * pc.nk + ka.ko) * (D / 4u) + r4] : vec4(0.0);
     const vec4 y = i < kb.L ? exp(lgp[16u + i]) * qkn4[((kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
-    // K^_b = diag(gamma_b) K_b, and (invocations 0 .. 63) row tid / 4 of T_b diag(beta_b), columns 4 (tid % 4) ..
-    const vec4 kg = i < kb.L ? exp(lgp[16u + i]) * qkn4[((pc.nb * pc.t + kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
-    vec4 tb = vec4(0.0);
-    if (tid < 64u && tid / 4u < kb.L) {
-      const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
-      [[unroll]] for (uint l = 0u; l < 4u; ++l)
-        if (j0 + l < kb.L) tb[l] = t_in[head_row(kb, tid / 4u) * CH + j0 + l] * gates[n + head_row(kb, j0 + l)];
-    }
+    const vec4 w = i < kb.L ? -wf4[head_row(kb, i) * (D / 4u) + r4] : vec4(0.0);
     stage_rows(0u, x, tid);
     stage_rows(RC * SDP, y, tid);
     barrier();
@@ -149,18 +143,11 @@ void main() {
     coopMatLoadNV(c1h, st_hi, from + 4u * q, SDP, true);
     coopMatLoadNV(c1l, st_lo, from + 4u * q, SDP, true);
     barrier();
-    stage_rows(0u, kg, tid);
-    if (tid < 64u) PUT_SPLIT4(op_hi, op_lo, (tid / 4u) * OPP + tid % 4u, tb)
+    stage_rows(0u, w, tid);
     barrier();
-    if (ab == 0u) {  // -W_b^T = -K^_b^T (T_b diag(beta_b))^T: column-major loads of both stages
-      F16M ah, al, bh_, bl;
-      coopMatLoadNV(ah, st_hi, 4u * q, SDP, true);
-      coopMatLoadNV(al, st_lo, 4u * q, SDP, true);
-      coopMatLoadNV(bh_, op_hi, 0u, OPP, true);
-      coopMatLoadNV(bl, op_lo, 0u, OPP, true);
-      F32M wt = F32M(0.0);
-      mma_split_into(wt, ah, al, bh_, bl);
-      split(-wt, c2h, c2l);
+    if (ab == 0u) {  // -W_b^T: column-major loads of the [i][r] stage
+      coopMatLoadNV(c2h, st_hi, 4u * q, SDP, true);
+      coopMatLoadNV(c2l, st_lo, 4u * q, SDP, true);
     }
   }
 

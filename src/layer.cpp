@@ -72,12 +72,12 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
                                        // the matrix units' chunked forward: u per step (with a tape)
   // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd), which
-  // its backward reuses: [B, T, nv, X] with X = CH (T, P), 1 (lg).
-  std::unique_ptr<gpu::Buffer> tm, pm, lgc;
+  // its backward reuses: [B, T, nv, X] with X = D (W, with a tape only), CH (T, P), 1 (lg).
+  std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
-  std::array<const std::unique_ptr<gpu::Buffer>*, 11> slots() const {
-    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc};
+  std::array<const std::unique_ptr<gpu::Buffer>*, 12> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc};
   }
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -260,6 +260,7 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       const std::size_t ch = interval(T);
       f.kv = buffer("u per step", keep ? BT * nv * kD : 1);
+      if (keep) f.w = buffer("W per chunk", BT * nv * kD);  // for the backward only (chunk_w)
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", BT * nv);
@@ -364,6 +365,11 @@ struct LayerImpl {
       r.dispatch(*chunked.chunk_prep_fwd, {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm)},
                  pc, std::uint64_t(B) * cfg.nk * pc.nseg);
       r.mark("chunk_prep_fwd");
+      if (f.keep) {  // W, which only the backward reads
+        r.dispatch(*chunked.chunk_w, {v(*f.qkn), v(*f.gates), v(*f.lgc), v(*f.tm), v(*f.w)}, pc,
+                   std::uint64_t(B) * cfg.nk * pc.nseg);
+        r.mark("chunk_w");
+      }
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
                   v(*f.gates), v(*f.y)},
@@ -383,15 +389,15 @@ struct LayerImpl {
                                  const Push& pc) {
     const auto& f = st.fwd;
     const std::uint64_t heads = std::uint64_t(f.B) * cfg.nv, chunks = heads * pc.nseg;
-    // The matrix units' forward left every chunk's T, P and log gates on the tape: no chunk_prep,
+    // The matrix units' forward left every chunk's W, T, P and log gates on the tape: no chunk_prep,
     // and chunk_dstate_mma makes P^T dO itself, and dO and dz (the norm's backward) before it.
     const bool matrix = chunked.chunk_dstate_mma != nullptr;
     const gpu::Buffer& tm = matrix ? *f.tm : *bwd.tm;
     const gpu::Buffer& lgc = matrix ? *f.lgc : *bwd.lgc;
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
-                 {v(*f.qkn), v(lgc), v(tm), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
-                  v(*f.inv), v(dout), v(g.dz), v(*f.gates)},
+                 {v(*f.qkn), v(lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
+                  v(*f.inv), v(dout), v(g.dz)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
     } else {
@@ -403,12 +409,14 @@ struct LayerImpl {
       r.mark("chunk_dstate");
     }
     // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); chunk_values_mma
-    // takes two chunks per workgroup.
+    // also reads the forward's W (binding 15) and takes two chunks per workgroup.
     const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
                                              v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
                                              v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
     if (matrix) {
-      r.dispatch(*chunked.chunk_values_mma, views, pc, heads * state_groups(f.T));
+      auto with_w = views;
+      with_w.push_back(v(*f.w));
+      r.dispatch(*chunked.chunk_values_mma, with_w, pc, heads * state_groups(f.T));
     } else {
       r.dispatch(*chunked.chunk_values, views, pc, chunks);
     }
