@@ -86,8 +86,7 @@ void main() {
           dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
         }
       }
-      subgroupMemoryBarrierShared();
-      subgroupBarrier();  // the subgroup's dO tile is in
+      TILE_SYNC()  // the subgroup's dO tile is in
     }
 
     // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
@@ -117,8 +116,7 @@ void main() {
     }
     du = unsplit(du, du_lo);
     coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
+    TILE_SYNC()
     [[unroll]] for (uint e = 0u; e < 2u; ++e)
       if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = tile4_at(t_du + t_lane + 128u * e);
 

@@ -125,8 +125,7 @@ void main() {
     o = unsplit(o, o_lo);
     coopMatStoreNV(u, tiles, t_u, 16u, true);  // U [i][column]
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
+    TILE_SYNC()
     vec4 o8[2];  // the lane's elements of O
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);

@@ -22,6 +22,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
 #include "chunk_grads.glsl"
+#include "chunk_grads_staging.glsl"
 
 // CH x CHP matrices, [m][i] (i contiguous, rows of CHP floats). Roles change as the pass goes on:
 shared vec4 mT[CH * CHP / 4u];   // T[m][i]

@@ -105,8 +105,6 @@ void put_tile2(uint t_at, uint lane, vec4 x[2]) {
     tiles[at] = x[e].x; tiles[at + 1u] = x[e].y; tiles[at + 2u] = x[e].z; tiles[at + 3u] = x[e].w;
   }
 }
-#define TILE_SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
-
 // The subgroup's share of row sums of x^T [column][i] over its 16 columns into rowp[sg][w][i].
 void row_share(F32M x, uint t_at, uint lane, uint sg, uint w) {
   coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]

@@ -55,8 +55,7 @@ void main() {
         tiles[t0q + at + l] = q[l];
       }
     }
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
+    TILE_SYNC()
     F32M x;
     F16M kth, ktl, ah, al;
     coopMatLoadNV(x, tiles, t0k, 16u, true);  // K^T [r][j]

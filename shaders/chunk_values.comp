@@ -15,6 +15,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
 #include "chunk_grads.glsl"
+#include "chunk_grads_staging.glsl"
 
 shared vec4 tile4[4u * TILE * CHP / 4u];  // staged operands [operand][column][row i]
 shared float red[256u / 8u];              // per subgroup: its share of <dS, S0>

@@ -18,8 +18,9 @@ layout(set = 0, binding = 3) readonly buffer Tm { float t_in[]; };      // [B, T
 layout(set = 0, binding = 4) writeonly buffer Wm4 { vec4 w4[]; };       // [B, T, nv, D/4] W
 
 #define R 16u  // the chunk's rows (CH = 16: the host builds this pass for no other)
+#define HB 4u  // v-heads per batch (the group of the 27B shape, 3, in one)
 shared float tiles[8u * 256u];  // per subgroup one fp32 16 x 16 tile: k^ [j][r], then W [i][r] on its way out
-shared float tbg[R * R];        // T_h diag(beta gamma) [i][j] of one head
+shared float tbg[HB * R * R];   // T_h diag(beta gamma) [head][i][j] of the batch
 
 void main() {
   const uint nch = (pc.t + R - 1u) / R;
@@ -39,34 +40,38 @@ void main() {
       const vec4 k = j < L ? qkn4[((pc.nb * pc.t + bt0 + j) * pc.nk + ko) * (D / 4u) + r4] : vec4(0.0);
       tiles[at] = k.x; tiles[at + 1u] = k.y; tiles[at + 2u] = k.z; tiles[at + 3u] = k.w;
     }
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
+    TILE_SYNC()
     F32M x;
     coopMatLoadNV(x, tiles, t_at, 16u, false);
     split(x, kh, kl);
   }
 
   const uint i = tid / R, j = tid % R, n = pc.nb * pc.t * pc.nv;  // invocation (i, j); gates is [3][B, T, nv]
-  for (uint hg = 0u; hg < group; ++hg) {
-    const uint h = ko * group + hg;
-    barrier();  // the last head's readers of tbg are done (and every subgroup's K is split)
-    float x = 0.0;  // T is lower triangular: j <= i < L
-    if (i < L && j <= i)
-      x = t_in[((bt0 + i) * pc.nv + h) * R + j] * gates[n + (bt0 + j) * pc.nv + h] * exp(lgc[(bt0 + j) * pc.nv + h]);
-    tbg[tid] = x;
-    barrier();
-    F32M t, w = F32M(0.0);
-    F16M th, tl;
-    coopMatLoadNV(t, tbg, 0u, R, false);
-    split(t, th, tl);
-    mma_split_into(w, th, tl, kh, kl);
-    coopMatStoreNV(w, tiles, t_at, 16u, false);  // [i][r]
-    subgroupMemoryBarrierShared();
-    subgroupBarrier();
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint row = tile_row(lane, e), at = lane_at + 128u * e;
-      if (row < L) w4[((bt0 + row) * pc.nv + h) * (D / 4u) + r4] = vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]);
+  for (uint h0 = 0u; h0 < group; h0 += HB) {
+    const uint nh = min(HB, group - h0), hfirst = ko * group + h0;
+    barrier();  // the last batch's readers of tbg are done (and every subgroup's K is split)
+    [[unroll]] for (uint hb = 0u; hb < HB; ++hb) {
+      const uint h = hfirst + hb;
+      float x = 0.0;  // T is lower triangular: j <= i < L
+      if (hb < nh && i < L && j <= i)
+        x = t_in[((bt0 + i) * pc.nv + h) * R + j] * gates[n + (bt0 + j) * pc.nv + h] * exp(lgc[(bt0 + j) * pc.nv + h]);
+      tbg[hb * R * R + tid] = x;
     }
-    subgroupBarrier();  // every lane's reads of the tile are done before the next head's store
+    barrier();
+    for (uint hb = 0u; hb < nh; ++hb) {
+      F32M t, w = F32M(0.0);
+      F16M th, tl;
+      coopMatLoadNV(t, tbg, hb * R * R, R, false);
+      split(t, th, tl);
+      mma_split_into(w, th, tl, kh, kl);
+      coopMatStoreNV(w, tiles, t_at, 16u, false);  // [i][r]
+      TILE_SYNC()
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+        const uint row = tile_row(lane, e), at = lane_at + 128u * e;
+        if (row < L)
+          w4[((bt0 + row) * pc.nv + hfirst + hb) * (D / 4u) + r4] = vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]);
+      }
+      subgroupBarrier();  // every lane's reads of the tile are done before the next head's store
+    }
   }
 }

@@ -53,6 +53,10 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
     acc = coopMatMulAddNV(ah, bh, acc);      \
   }
 
+// Makes the subgroup's shared-memory writes visible to the whole subgroup, which waits for them:
+// between writing a tile of shared memory and reading it back in another layout.
+#define TILE_SYNC() { subgroupMemoryBarrierShared(); subgroupBarrier(); }
+
 // The 8 elements of a subgroup's 16 x 16 tile [i][column] that lane `lane` moves, as two vec4: rows
 // tile_row(lane, e) = lane / 4 + 8 e (e = 0, 1), columns 4 (lane % 4) .. 4 (lane % 4) + 3, so that a
 // vec4 load or store instruction of the subgroup covers 8 whole 64-byte rows. tile_lane is the
@@ -68,8 +72,7 @@ uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
 #define STORE_TILE_T(x, t_at, lane, rows, buf, ROW_AT, SCALE)             \
   {                                                                       \
     coopMatStoreNV(x, tiles, t_at, 16u, true);                            \
-    subgroupMemoryBarrierShared();                                        \
-    subgroupBarrier();                                                    \
+    TILE_SYNC()                                                           \
     [[unroll]] for (uint q_ = 0u; q_ < 8u; ++q_) {                        \
       const uint i_ = 2u * q_ + (lane) / 16u, c_ = (lane) % 16u;          \
       if (i_ < (rows)) buf[(ROW_AT) + c_] = (SCALE) * tiles[(t_at) + i_ * 16u + c_]; \

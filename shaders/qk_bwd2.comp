@@ -7,6 +7,8 @@
 // The chunked backward's build (-DCHUNKED) reads one record per (token, v-head) from chunk_grads,
 // [dq^, dk^, d(log g) = dg * g, dbeta], and finds dv already in dy.
 #include "common.glsl"
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 128) in;
 
 #ifdef CHUNKED
@@ -29,6 +31,7 @@ layout(set = 0, binding = 8) readonly buffer Kv { float kv[]; };        // [B, T
 layout(set = 0, binding = 9) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
 
 shared float red[2 * D];
+#define L2_SUBGROUP_SUMS
 #include "l2_bwd.glsl"
 
 // Sum over the workgroup's D invocations (tree in red[0 .. D-1]); every invocation gets it.

@@ -122,8 +122,8 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
 // chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg,
 // beta, A.
 constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
-// chunk_w: one fp32 16 x 16 tile per subgroup (8) and T diag(beta gamma).
-constexpr std::uint32_t chunk_w_shared() { return (8 * 256 + 256) * 4; }
+// chunk_w: one fp32 16 x 16 tile per subgroup (8) and T diag(beta gamma) of a batch of 4 heads.
+constexpr std::uint32_t chunk_w_shared() { return (8 * 256 + 4 * 256) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
