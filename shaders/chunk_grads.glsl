@@ -22,11 +22,18 @@ layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, n
 
 #define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
 
-// The chunk's lg and beta into lg[], bet[] (padding rows: beta 0). Ends with a barrier.
-void load_chunk_rows(Chunk k, uint tid) {
+// Row tid of the chunk (tid < CH): its lg and beta (padding rows: beta 0), for put_chunk_rows.
+vec2 fetch_chunk_row(Chunk k, uint tid) {
+  if (tid >= CH) return vec2(0.0);
+  return vec2(chunk_lg(k, tid), tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0);  // gates: [3][B, T, nv]
+}
+// The rows fetch_chunk_row loaded into lg[], bet[]. Ends with a barrier.
+void put_chunk_rows(vec2 row, uint tid) {
   if (tid < CH) {
-    lg[tid] = chunk_lg(k, tid);
-    bet[tid] = tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0;  // gates: [3][B, T, nv]
+    lg[tid] = row.x;
+    bet[tid] = row.y;
   }
   barrier();
 }
+// The chunk's lg and beta into lg[], bet[]. Ends with a barrier.
+void load_chunk_rows(Chunk k, uint tid) { put_chunk_rows(fetch_chunk_row(k, tid), tid); }

@@ -172,6 +172,7 @@ void main() {
   const uint pi = tid / 16u, pj = tid % 16u;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
   const float dou = pairs[(wg * 2u) * 256u + tid], duv = pairs[(wg * 2u + 1u) * 256u + tid];
+  const vec2 row = fetch_chunk_row(k, tid);  // lg, beta of row tid (staged after the key-dim products)
 
   // ---- the key-dim pair dots, the subgroup's share: K_c K_c^T and dW_c K_c^T [i][j] ----
   F16M kth, ktl, wth, wtl;  // K^T, dW^T [column][i], split: left operands of the products below
@@ -198,7 +199,7 @@ void main() {
   }
   fetch_operand(k, lane, col0, OP_U, xu);
   fetch_operand(k, lane, col0, OP_V, xv);
-  load_chunk_rows(k, tid);  // lg, bet; its barrier also publishes the partials
+  put_chunk_rows(row, tid);  // lg, bet; its barrier also publishes the partials
 
   // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
   {

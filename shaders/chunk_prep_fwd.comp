@@ -12,6 +12,7 @@
 // over key dims 16 s .. 16 s + 15, the workgroup adds the 8. The per-head part runs HB heads at a
 // time (the group of the 27B shape, 3, in one batch).
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "mma.glsl"
 layout(local_size_x = 256) in;  // 8 subgroups of 32 (the host requires exactly 32)
@@ -31,6 +32,15 @@ shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
 
+// The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads: (beta,
+// log g); the padding rows and the invocations past the batch get (0, 0).
+vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
+  const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
+  if (tid >= nh * R || i >= L) return vec2(0.0);
+  const uint at = (bt0 + i) * pc.nv + h;
+  return vec2(gates[n + at], -exp(a_log[h]) * softplus(gates[2u * n + at]));  // log g, exactly as gate_prep's exponent
+}
+
 void main() {
   const uint nch = (pc.t + R - 1u) / R;
   const uint wg = linear_group();  // (b*nk + ko)*nch + c
@@ -39,6 +49,9 @@ void main() {
   const uint b = wg / nch / pc.nk, ko = (wg / nch) % pc.nk, c = wg % nch;
   const uint t0 = c * R, L = min(R, pc.t - t0), group = pc.nv / pc.nk;
   const uint bt0 = b * pc.t + t0;  // row of the chunk's first token in [B, T, ...] tensors
+
+  // The first batch's gates, loaded before the pair dots so that the two loads' latencies overlap.
+  vec2 gr = gate_row(tid, ko * group, min(HB, group), bt0, L);
 
   {  // G and H: the subgroup's shares over its 16 key dims, then their sum
     const uint lane = gl_SubgroupInvocationID, t0k = gl_SubgroupID * 512u, t0q = t0k + 256u;
@@ -80,32 +93,24 @@ void main() {
     hqk[tid] = hs;
   }
 
-  const uint n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   for (uint h0 = 0u; h0 < group; h0 += HB) {
     const uint nh = min(HB, group - h0);
     const uint hfirst = ko * group + h0;  // the batch's first v-head
     barrier();  // the last batch's readers of lgs, bets, sa are done (and the first's G, H are in)
-    if (tid < nh * R) {  // gates: invocation (head, row i); the padding rows get beta 0, log g 0
-      const uint i = tid % R, h = hfirst + tid / R;
-      float l = 0.0, be = 0.0;
-      if (i < L) {
-        const uint at = (bt0 + i) * pc.nv + h;
-        be = gates[n + at];
-        l = -exp(a_log[h]) * softplus(gates[2u * n + at]);  // log g, exactly as gate_prep's exponent
+    if (tid < HB * R) {  // (whole subgroups, for the shuffles)
+      // lg: the inclusive scan of the head's log g over its R rows, lanes R hb .. R hb + R - 1
+      float acc = gr.y;
+      const uint lane = gl_SubgroupInvocationID;
+      [[unroll]] for (uint d = 1u; d < R; d *= 2u) {
+        const float up = subgroupShuffle(acc, lane >= d ? lane - d : lane);
+        if (tid % R >= d) acc += up;
       }
-      lgs[tid] = l;
-      bets[tid] = be;
+      lgs[tid] = acc;
+      bets[tid] = gr.x;
+      if (tid < nh * R && tid % R < L) lgc[(bt0 + tid % R) * pc.nv + hfirst + tid / R] = acc;
     }
+    if (h0 + HB < group) gr = gate_row(tid, hfirst + HB, min(HB, group - h0 - HB), bt0, L);
     barrier();
-    if (tid < nh) {  // the scan of each head's log g, serially
-      float acc = 0.0;
-      for (uint i = 0u; i < R; ++i) {
-        acc += lgs[tid * R + i];
-        lgs[tid * R + i] = acc;
-      }
-    }
-    barrier();
-    if (tid < nh * R && tid % R < L) lgc[(bt0 + tid % R) * pc.nv + hfirst + tid / R] = lgs[tid];
     // A_h and P_h: invocation (i, j) of each head
     for (uint hb = 0u; hb < nh; ++hb) {
       const uint i = tid / R, j = tid % R;

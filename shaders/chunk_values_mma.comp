@@ -122,6 +122,15 @@ void main() {
   Round ring[DEPTH];
   [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
 
+  // The rows of the constant left factors below (row tid / 32, elements 4 (tid % 32) ..): k^ of a,
+  // q^ and W of b, loaded before the barrier that their scales wait for.
+  const uint fi = tid / 32u, fr4 = tid % 32u;
+  vec4 fk = vec4(0.0), fq = vec4(0.0), fw = vec4(0.0);
+  if (fi < ka.L) fk = qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + fi) * pc.nk + ka.ko) * (D / 4u) + fr4];
+  if (fi < kb.L) {
+    fq = qkn4[((kb.b * pc.t + kb.t0 + fi) * pc.nk + kb.ko) * (D / 4u) + fr4];
+    fw = wf4[head_row(kb, fi) * (D / 4u) + fr4];
+  }
   if (tid < 32u) lgp[tid] = tid < 16u ? chunk_lg(ka, tid) : has_b ? chunk_lg(kb, tid - 16u) : 0.0;
   barrier();
   const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;
@@ -132,18 +141,14 @@ void main() {
   // Sm), staged [i][r] in st and read column-major.
   F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
-    const uint i = tid / 32u, r4 = tid % 32u;
-    const vec4 x = i < ka.L ? exp(lgam_a - lgp[i]) * qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + i) * pc.nk + ka.ko) * (D / 4u) + r4] : vec4(0.0);
-    const vec4 y = i < kb.L ? exp(lgp[16u + i]) * qkn4[((kb.b * pc.t + kb.t0 + i) * pc.nk + kb.ko) * (D / 4u) + r4] : vec4(0.0);
-    const vec4 w = i < kb.L ? -wf4[head_row(kb, i) * (D / 4u) + r4] : vec4(0.0);
-    stage_rows(0u, x, tid);
-    stage_rows(RC * SDP, y, tid);
+    stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
+    stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
     barrier();
     const uint from = ab == 0u ? RC * SDP : 0u;  // Q~_b or K~_a
     coopMatLoadNV(c1h, st_hi, from + 4u * q, SDP, true);
     coopMatLoadNV(c1l, st_lo, from + 4u * q, SDP, true);
     barrier();
-    stage_rows(0u, w, tid);
+    stage_rows(0u, -fw, tid);
     barrier();
     if (ab == 0u) {  // -W_b^T: column-major loads of the [i][r] stage
       coopMatLoadNV(c2h, st_hi, 4u * q, SDP, true);
