@@ -163,11 +163,16 @@ void main() {
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   const uint col0 = 16u * sg, t0 = sg * 512u, t1 = t0 + 256u;  // the subgroup's columns and tiles
 
-  // The lane's share (tile_row, tile_lane) of the subgroup's operand tiles (k^ and dW now, the others
-  // once the key-dim products are done: registers)
+  // The lane's share (tile_row, tile_lane) of the subgroup's operand tiles, all loaded at once: one
+  // workgroup per SM either way (above 128 registers), so registers are free and latency is not.
   vec4 xk[2], xw[2], xq[2], xu[2], xv[2], xr[2], xt[2];
   fetch_operand(k, lane, col0, OP_K, xk);
   fetch_operand(k, lane, col0, OP_W, xw);
+  fetch_operand(k, lane, col0, OP_U, xu);
+  fetch_operand(k, lane, col0, OP_V, xv);
+  fetch_operand(k, lane, col0, OP_Q, xq);
+  fetch_operand(k, lane, col0, OP_X2, xt);
+  fetch_operand(k, lane, col0, OP_X1, xr);
   // Invocation (pi, pj) = (tid / 16, tid % 16): T[pi][pj] and the pair dots <dO_pi, u_pj>, <dU_pi, v_pj>.
   const uint pi = tid / 16u, pj = tid % 16u;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
@@ -175,12 +180,13 @@ void main() {
   const vec2 row = fetch_chunk_row(k, tid);  // lg, beta of row tid (staged after the key-dim products)
 
   // ---- the key-dim pair dots, the subgroup's share: K_c K_c^T and dW_c K_c^T [i][j] ----
-  F16M kth, ktl, wth, wtl;  // K^T, dW^T [column][i], split: left operands of the products below
+  F32M kt;                  // K^T [column][i], for the element-wise products
+  F16M kth, ktl, wth, wtl;  // K^T, dW^T, split: left operands of the products below
   {
     put_tile2(t0, lane, xk);
     put_tile2(t1, lane, xw);
     TILE_SYNC()
-    F32M x, kt;
+    F32M x;
     F16M ah, al;
     coopMatLoadNV(kt, tiles, t0, 16u, true);
     split(kt, kth, ktl);
@@ -197,8 +203,6 @@ void main() {
     coopMatStoreNV(g, tiles, t0, 16u, false);
     coopMatStoreNV(dwk, tiles, t1, 16u, false);
   }
-  fetch_operand(k, lane, col0, OP_U, xu);
-  fetch_operand(k, lane, col0, OP_V, xv);
   put_chunk_rows(row, tid);  // lg, bet; its barrier also publishes the partials
 
   // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
@@ -249,8 +253,6 @@ void main() {
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
   const uint rows = k.L;
-  // K^T again from its split, for the element-wise products (fewer registers than keeping it)
-#define KT_F32 (F32M(kth) + F32M(ktl) * (1.0 / LO))
   F32M bsum, asum;  // the element-wise terms of dbeta and dlg
   {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
     put_tile2(t0, lane, xu);
@@ -269,14 +271,10 @@ void main() {
     mma_coef(y, uh, ul, CF_TB);
     STORE_TILE_T(y, t0, lane, rows, dy, (k.b * pc.t + k.t0 + i_) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0, 1.0)
   }
-  // (loads in flight while the next products run: so late, for registers)
-  fetch_operand(k, lane, col0, OP_Q, xq);
-  fetch_operand(k, lane, col0, OP_X2, xt);
-  fetch_operand(k, lane, col0, OP_X1, xr);
   {  // (dW^T T diag(gamma)) for dbeta
     F32M y = F32M(0.0);
     mma_coef(y, wth, wtl, CF_TG);
-    bsum = bsum + times(KT_F32, y);
+    bsum = bsum + times(kt, y);
     row_share(bsum, t0, lane, sg, 1u);
   }
   float extra = tid == 0u ? sdot[wg] : 0.0;  // this invocation's share of dlg at CH-1
@@ -290,14 +288,14 @@ void main() {
     split(qt, qh, ql);
     coopMatLoadNV(dm, tiles, t1, 16u, true);  // X2g^T
     subgroupBarrier();
-    extra += dot_tiles(KT_F32, dm);
+    extra += dot_tiles(kt, dm);
     mma_coef(dm, qh, ql, CF_M);
     mma_coef(dm, kth, ktl, CF_E2);
     F32M dk = dm;
     mma_coef(dk, wth, wtl, CF_TBG);
     mma_coef(dk, kth, ktl, CF_E1);
     STORE_TILE_T(dk, t0, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
-    asum = times(KT_F32, dk - dm * 2.0);
+    asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     put_tile2(t1, lane, xr);
     TILE_SYNC()

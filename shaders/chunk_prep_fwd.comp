@@ -6,8 +6,10 @@
 //   G = K K^T,   H = Q K^T
 //   A_h[i][j] = beta_i exp(lg_i - lg_j) G[i][j]  (j < i),   T_h = (I + A_h)^-1
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
-// with lg and beta of head h. Stores T, P and lg. (W = T diag(beta gamma) K is not made: the matrix
-// units' passes take its products as ones with diag(gamma) K and T diag(beta).)
+// with lg and beta of head h. Stores T, P and lg, and the gates g, beta and a + dt_bias (gate_prep's
+// work, fused in: the matrix units' forward runs no gate_prep). W = T diag(beta gamma) K is made by
+// chunk_w where a tape is kept (the forward takes its products as ones with diag(gamma) K and
+// T diag(beta)).
 // G and H are 16 x 16 x 128 products on the matrix units (mma.glsl): subgroup s makes their shares
 // over key dims 16 s .. 16 s + 15, the workgroup adds the 8. The per-head part runs HB heads at a
 // time (the group of the 27B shape, 3, in one batch).
@@ -18,11 +20,14 @@
 layout(local_size_x = 256) in;  // 8 subgroups of 32 (the host requires exactly 32)
 
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };   // [2][B, T, nk, D/4] q^, k^
-layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
+layout(set = 0, binding = 1) writeonly buffer Gates { float gates[]; }; // [3][B, T, nv]: g, beta, a + dt_bias
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
 layout(set = 0, binding = 4) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
 layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
+layout(set = 0, binding = 6) readonly buffer A { float a_in[]; };       // [B, T, nv] the layer's input a
+layout(set = 0, binding = 7) readonly buffer Bw { float b_in[]; };      // [B, T, nv] the layer's input b
+layout(set = 0, binding = 8) readonly buffer DtBias { float dt_bias[]; };  // [nv]
 
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
@@ -32,13 +37,18 @@ shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
 
-// The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads: (beta,
-// log g); the padding rows and the invocations past the batch get (0, 0).
+// The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads, made as
+// gate_prep makes them (this pass replaces it): stores g, beta, a + dt_bias for the later passes and
+// returns (beta, log g); the padding rows and the invocations past the batch get (0, 0).
 vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
   const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid >= nh * R || i >= L) return vec2(0.0);
   const uint at = (bt0 + i) * pc.nv + h;
-  return vec2(gates[n + at], -exp(a_log[h]) * softplus(gates[2u * n + at]));  // log g, exactly as gate_prep's exponent
+  const float arg = a_in[at] + dt_bias[h], be = sigmoid(b_in[at]), lgv = -exp(a_log[h]) * softplus(arg);
+  gates[at] = exp(lgv);
+  gates[n + at] = be;
+  gates[2u * n + at] = arg;
+  return vec2(be, lgv);
 }
 
 void main() {

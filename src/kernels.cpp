@@ -195,7 +195,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
                               chunk_values_mma_shared(), {32, ch}, 32);
     k.chunk_grads_mma =
         make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 6, chunk_prep_fwd_shared(), {}, 32);
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 9, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_w = make(dev, "chunk_w", spirv::chunk_w, 5, chunk_w_shared(), {}, 32);
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 13, matrix_pass_shared(), {32, ch}, 32);
   }

@@ -352,19 +352,12 @@ struct LayerImpl {
     r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y), v(*f.qkn), v(*f.nq)}, pc,
                conv_groups(f.B, f.T, cfg.channels(), kConvFwdTokens));
     r.mark("conv_fwd");  // the q/k l2 norms fused in
-    r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
-    r.mark("gate_prep");
-    if (cfg.variant == Variant::PerHead) {
-      r.dispatch(*per_head.rec_fwd,
-                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
-                 std::uint64_t(B) * cfg.nv);
-      r.mark("rec_fwd");
-      return;
-    }
     if (chunked.chunk_fwd_mma) {
-      r.dispatch(*chunked.chunk_prep_fwd, {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm)},
-                 pc, std::uint64_t(B) * cfg.nk * pc.nseg);
-      r.mark("chunk_prep_fwd");
+      // The gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
+      r.dispatch(*chunked.chunk_prep_fwd,
+                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias)}, pc,
+                 std::uint64_t(B) * cfg.nk * pc.nseg);
+      r.mark("chunk_prep_fwd");  // gate_prep fused in
       if (f.keep) {  // W, which only the backward reads
         r.dispatch(*chunked.chunk_w, {v(*f.qkn), v(*f.gates), v(*f.lgc), v(*f.tm), v(*f.w)}, pc,
                    std::uint64_t(B) * cfg.nk * pc.nseg);
@@ -375,6 +368,15 @@ struct LayerImpl {
                   v(*f.gates), v(*f.y)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
+      return;
+    }
+    r.dispatch(*common.gate_prep, {v(in.a), v(in.b), v(a_log), v(dt_bias), v(*f.gates)}, pc, (BT * cfg.nv + 255) / 256);
+    r.mark("gate_prep");
+    if (cfg.variant == Variant::PerHead) {
+      r.dispatch(*per_head.rec_fwd,
+                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
+                 std::uint64_t(B) * cfg.nv);
+      r.mark("rec_fwd");
       return;
     }
     r.dispatch(*subgroup.rec_fwd2, {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
