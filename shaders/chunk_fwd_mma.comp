@@ -50,6 +50,19 @@ void fetch_v(Chunk k, uint lane, uint col0, out vec4 x[2]) {
   }
 }
 
+// The layer's output rows of chunk k from its O rows (the lane's o8, z) once every subgroup's row
+// sums of O^2 are in row_part.
+void put_output(Chunk k, vec4 o8[2], vec4 z[2], vec4 nw, uint col0, uint lane, uint sg) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint i = tile_row(lane, e);
+    if (i < k.L) {
+      const float inv = 1.0 / sqrt(row_total(i) / float(D) + pc.eps);
+      out4[tile_at(k, i, col0, lane)] = o8[e] * inv * nw * silu(z[e]);
+      if (pc.keep != 0u && sg == 0u && lane % 4u == 0u) inv_rms[head_row(k, i)] = inv;
+    }
+  }
+}
+
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint bh = linear_group();  // b*nv + h
@@ -75,13 +88,17 @@ void main() {
     next = fetch_operators(k0, tid);
     fetch_v(k0, lane, col0, v_next);
   }
+  // A chunk's output waits for every subgroup's row sums: it is written after the next chunk's first
+  // barrier (the last chunk's after the loop), which saves a barrier per chunk.
+  vec4 o_prev[2], z_prev[2];
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = next;
     const vec4 v[2] = v_next;
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
-    barrier();  // the previous chunk's readers of the staged operands are done
+    barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
+    if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 128u * e, v[e]);
     barrier();
@@ -154,16 +171,11 @@ void main() {
       st[rt] = unsplit(acc, lo);
     }
 
-    // The norm, once every subgroup's row sums are in (the next chunk's writes of row_part come
-    // after its first barrier, by when these reads are done).
-    barrier();
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint i = tile_row(lane, e);
-      if (i < k.L) {
-        const float inv = 1.0 / sqrt(row_total(i) / float(D) + pc.eps);
-        out4[tile_at(k, i, col0, lane)] = o8[e] * inv * nw * silu(z[e]);
-        if (pc.keep != 0u && sg == 0u && lane % 4u == 0u) inv_rms[head_row(k, i)] = inv;
-      }
-    }
+    // (the next chunk's writes of row_part come after its second barrier, by when the reads of
+    // these row sums are done)
+    o_prev = o8;
+    z_prev = z;
   }
+  barrier();
+  put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
 }
