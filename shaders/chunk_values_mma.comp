@@ -143,16 +143,14 @@ void main() {
   {
     stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
     stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
+    PUT_SPLIT4(op_hi, op_lo, fi * SDP + fr4, -fw)      // -W_b, in the operands' stage (16 SDP rows fit in 8 x 16 OPP)
     barrier();
     const uint from = ab == 0u ? RC * SDP : 0u;  // Q~_b or K~_a
     coopMatLoadNV(c1h, st_hi, from + 4u * q, SDP, true);
     coopMatLoadNV(c1l, st_lo, from + 4u * q, SDP, true);
-    barrier();
-    stage_rows(0u, -fw, tid);
-    barrier();
     if (ab == 0u) {  // -W_b^T: column-major loads of the [i][r] stage
-      coopMatLoadNV(c2h, st_hi, 4u * q, SDP, true);
-      coopMatLoadNV(c2l, st_lo, 4u * q, SDP, true);
+      coopMatLoadNV(c2h, op_hi, 4u * q, SDP, true);
+      coopMatLoadNV(c2l, op_lo, 4u * q, SDP, true);
     }
   }
 
