@@ -10,8 +10,8 @@
 // - chunk_fwd_mma: -K^ = -diag(gamma) K and T diag(beta). W = T diag(beta gamma) K = T diag(beta) K^
 //   is not made: the forward takes W S0 as T diag(beta) (K^ S0), which costs a 16 x 16 product on
 //   its serial chain and saves the forward W's stores.
-// - chunk_dstate_mma (defines STAGE_W): -W, which chunk_prep_fwd stored with the tape (the same
-//   product on the backward's chain measured 0.08 ms of 0.66).
+// - chunk_dstate_mma (defines STAGE_W): -W, which chunk_w stored with the tape (the same product
+//   on the backward's chain measured 0.08 ms of 0.66). (Operators.tb stays zero there.)
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
 // for chunk_dstate_mma on the H200 at the 27B shape.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc and p4 ([B, T, nv, CH/4]), and with STAGE_W w4

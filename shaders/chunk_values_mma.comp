@@ -8,7 +8,7 @@
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
-// (W_b: chunk_prep_fwd stored it with the tape)
+// (W_b: chunk_w stored it with the tape)
 // so that the states, most of this pass's traffic, are read once per two chunks.
 // The layout: 16 subgroups; subgroup s makes chunk s / 8's products at key dims r = 16 (s % 8) ..
 // + 15, all transposed, with the states on the left (S^T [r][c] is a column-major read of a stage

@@ -71,7 +71,7 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
                                        // the matrix units' chunked forward: u per step (with a tape)
-  // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd), which
+  // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd; W: chunk_w), which
   // its backward reuses: [B, T, nv, X] with X = D (W, with a tape only), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
 
