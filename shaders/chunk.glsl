@@ -47,7 +47,7 @@ void load_chunk_gates(Chunk k, uint tid) {
     if (tid < k.L) {
       const uint at = (k.b * pc.t + k.t0 + tid) * pc.nv + k.h;
       be = gates[n + at];
-      l = -exp(a_log[k.h]) * softplus(gates[2u * n + at]);  // log g, exactly as gate_prep's exponent
+      l = log_gate(a_log[k.h], gates[2u * n + at]);
     }
     lg[tid] = l;
     bet[tid] = be;

@@ -44,7 +44,7 @@ vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
   const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid >= nh * R || i >= L) return vec2(0.0);
   const uint at = (bt0 + i) * pc.nv + h;
-  const float arg = a_in[at] + dt_bias[h], be = sigmoid(b_in[at]), lgv = -exp(a_log[h]) * softplus(arg);
+  const float arg = a_in[at] + dt_bias[h], be = sigmoid(b_in[at]), lgv = log_gate(a_log[h], arg);
   gates[at] = exp(lgv);
   gates[n + at] = be;
   gates[2u * n + at] = arg;

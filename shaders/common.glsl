@@ -34,3 +34,6 @@ vec4 silu(vec4 x) { return x / (1.0 + exp(-x)); }
 float silu_bwd(float x) { float s = sigmoid(x); return s * (1.0 + x * (1.0 - s)); }
 vec4 silu_bwd(vec4 x) { const vec4 s = 1.0 / (1.0 + exp(-x)); return s * (1.0 + x * (1.0 - s)); }
 float softplus(float x) { return x > 20.0 ? x : log(1.0 + exp(x)); }
+// log g = -exp(a_log) softplus(a + dt_bias), written once: gate_prep's g and the chunked passes' lg
+// must agree bit for bit.
+float log_gate(float a_log_h, float arg) { return -exp(a_log_h) * softplus(arg); }

@@ -16,7 +16,7 @@ void main() {
   if (i >= n) return;
   const uint h = i % pc.nv;
   const float arg = a[i] + dt_bias[h];
-  gates[i] = exp(-exp(a_log[h]) * softplus(arg));
+  gates[i] = exp(log_gate(a_log[h], arg));
   gates[n + i] = sigmoid(b[i]);
   gates[2u * n + i] = arg;
 }
