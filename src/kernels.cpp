@@ -138,20 +138,14 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
-// chunk_values_mma: the two states' 16 rows and the eight operands' 16 columns as fp16 pairs, one
-// fp32 16 x 16 tile per subgroup (16); chunk.glsl's lg and bet, both chunks' lg and the subgroups' sums.
-constexpr std::uint32_t chunk_values_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 2 * 16 + 2 * 16 + 16) * 4;
+// chunk_pair_bwd_mma: phase 1's stages (phase 2's matrices and factors take their place), one fp32
+// 16 x 16 tile per subgroup (16); both chunks' lg and beta, the subgroups' sums, dbeta and dlg.
+constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
+  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 4 * 16 + 16 + 16 + 4 * 16) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
-}
-// chunk_grads_mma: its 8 staged right factors (fp16 pairs [16][24]), the chunk's 5 fp32 16 x 16
-// matrices, two fp32 tiles per subgroup (8), the row shares [8][2][16] and the small arrays (extra,
-// dbeta, dlg, and chunk.glsl's lg and bet).
-constexpr std::uint32_t chunk_grads_mma_shared() {
-  return 2 * 8 * 16 * 24 * 2 + (5 * 256 + 8 * 512 + 8 * 2 * 16 + 8 + 4 * 16) * 4;
 }
 }  // namespace
 
@@ -173,7 +167,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
   const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared(),
-                               chunk_values_mma_shared(), chunk_grads_mma_shared()});
+                               chunk_pair_bwd_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
            std::to_string(info.max_shared_memory);
@@ -191,10 +185,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
   } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_values_mma = make(dev, "chunk_values_mma", spirv::chunk_values_mma, kChunkGradsBindings + 1,
-                              chunk_values_mma_shared(), {32, ch}, 32);
-    k.chunk_grads_mma =
-        make(dev, "chunk_grads_mma", spirv::chunk_grads_mma, kChunkGradsBindings, chunk_grads_mma_shared(), {32, ch}, 32);
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, kChunkGradsBindings + 1,
+                                chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 9, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_w = make(dev, "chunk_w", spirv::chunk_w, 5, chunk_w_shared(), {}, 32);
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 13, matrix_pass_shared(), {32, ch}, 32);

@@ -64,11 +64,11 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 /// units its forward (elsewhere the forward is the column-split one).
 struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
-  /// chunk_dstate, chunk_values and chunk_grads on the matrix units (chunk_dstate_mma.comp,
-  /// chunk_values_mma.comp, chunk_grads_mma.comp); null where they do not run.
+  /// chunk_dstate on the matrix units (chunk_dstate_mma.comp), and chunk_values and
+  /// chunk_grads as one pass per pair of chunks (chunk_pair_bwd_mma.comp); null where they do not run.
   /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
   /// kColumnBlocks.
-  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_values_mma, chunk_grads_mma;
+  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_pair_bwd_mma;
   /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
   /// for the v-heads that share the k-head), with a tape chunk_w (W for the backward, likewise), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.

@@ -229,7 +229,7 @@ struct LayerImpl {
   // Groups of chunks between stored states: pairs on the matrix units (chunk_values_mma takes a pair
   // per workgroup and makes the state between its chunks again), else single segments.
   int state_groups(int T) const {
-    const int per_group = chunked.chunk_values_mma ? 2 : 1;
+    const int per_group = chunked.chunk_pair_bwd_mma ? 2 : 1;
     return (nseg(T) + per_group - 1) / per_group;
   }
   // Slots of the stored states (the checkpoints, and the chunked backward's end-state gradients):
@@ -410,20 +410,23 @@ struct LayerImpl {
                  heads * kColumnBlocks);
       r.mark("chunk_dstate");
     }
-    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); chunk_values_mma
-    // also reads the forward's W (binding 15) and takes two chunks per workgroup.
+    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); on the matrix
+    // units one pass does both for a pair of chunks per workgroup, and also reads the forward's W
+    // (binding 15).
     const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
                                              v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
                                              v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
     if (matrix) {
       auto with_w = views;
       with_w.push_back(v(*f.w));
-      r.dispatch(*chunked.chunk_values_mma, with_w, pc, heads * state_groups(f.T));
+      r.dispatch(*chunked.chunk_pair_bwd_mma, with_w, pc, heads * state_groups(f.T));
+      r.mark("chunk_pair_bwd_mma");
     } else {
       r.dispatch(*chunked.chunk_values, views, pc, chunks);
+      r.mark("chunk_values");
+      r.dispatch(*chunked.chunk_grads, views, pc, chunks);
+      r.mark("chunk_grads");
     }
-    r.mark(matrix ? "chunk_values_mma" : "chunk_values");
-    r.dispatch(matrix ? *chunked.chunk_grads_mma : *chunked.chunk_grads, views, pc, chunks);
   }
 
   void record_backward(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
@@ -446,13 +449,14 @@ struct LayerImpl {
                    BT * cfg.nv);
         r.mark("norm_bwd2");
       }
-      if (cfg.variant == Variant::Chunked)
+      if (cfg.variant == Variant::Chunked) {
         record_chunked_recurrence(r, st, dout, g, pc);
-      else
+      } else {
         r.dispatch(subgroup.backward_for(dev, pc.cs),
                    {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
-      r.mark(cfg.variant != Variant::Chunked ? "rec_bwd2" : chunked.chunk_dstate_mma ? "chunk_grads_mma" : "chunk_grads");
+        r.mark("rec_bwd2");
+      }
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       r.dispatch(qk_bwd,
                  {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv), v(*f.qkn)},

@@ -1,0 +1,569 @@
+#version 460
+// Chunked backward on the matrix units, the last pass: chunk_values.comp's products over the value
+// dims, then chunk_grads.comp's gradients of the chunk's inputs, for a pair of chunks per workgroup
+// (window b, v-head h, chunks a = 2p, b = 2p + 1), CH = 16, so that the products go from one phase
+// to the next in registers. 16 subgroups of 32; subgroup s works on chunk s / 8 at key dims, and in
+// phase 2 also value dims, 16 (s % 8) .. + 15.
+//
+// Phase 1, the value-dim products. Per chunk, with S its start state and dS the gradient of its end
+// state, both stored [column c][row r]:
+//   X1 = dO S^T,   dW = -dU S^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   Gamma <dS, S>
+// The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
+// checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
+// the two chunks and its gradient are made here again, as the serial passes made them:
+//   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
+// (W_b: chunk_w stored it with the tape), so that the states, most of this pass's traffic, are read
+// once per two chunks. Each subgroup makes its chunk's products transposed, with the states on the
+// left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it makes again (Sm^T for
+// chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
+//   X1^T = S^T dO^T,  dW^T = -S^T dU^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
+// The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
+// and the eight operands' (dO, dU, U, V of both chunks) 16 columns [i][c], as fp16 pairs, loaded
+// DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -W_b^T stay in registers.
+//
+// Phase 2, each half of the workgroup its chunk's gradients, from X1^T, dW^T and X2^T as phase 1
+// left them in its registers (the forms are chunk_grads.comp's). The chunk's 16 x 16 matrices are
+// made on the CUDA cores: G = K K^T and dW K^T (each subgroup's share over its 16 key dims on the
+// matrix units, added in shared memory), M, dT, dA = -T^T dT T^T and F = dA * decay. They are staged
+// as the right factors [m][i] of the products, fp16 pairs:
+//   T,  T diag(beta),  T diag(gamma),  T diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
+// and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
+//   Yv^T  = dU^T T                      dv^T = dU^T T diag(beta)      (dv leaves in dy's v part)
+//   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
+//   dM^T  = X2g^T + Q^T M + K^T E2       dK^T = dM^T + dW^T T diag(beta gamma) + K^T E1
+// with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2. The row sums of d(log g) and dbeta
+// come from element-wise products of tiles of one layout:
+//   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
+//   dbeta_i = sum_c [v o Yv + k o (dW^T T diag(gamma))^T]_ic + sum_j F_ij G_ij
+// (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
+// dk^, d(log g) and dbeta are written once (qk_bwd2 reads them).
+//
+// Shared memory: 48 KiB is the most a workgroup gets on the devices this pass runs on, so phase 2's
+// matrices and factors take the place of phase 1's stages in one array of uvec2 (`pool`), fp32
+// values as bit patterns, fp32 matrices through the matrix units' loads and stores of that array.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "common.glsl"
+#include "mma.glsl"
+layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
+layout(constant_id = 0) const uint SG = 32;
+
+#include "chunk_grads.glsl"
+
+// vec4 views of chunk_grads.glsl's bindings, and the forward's W.
+layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
+layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, C/4]
+layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4]
+layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };    // [B, T, nv*D/4]
+layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, nv, D/4] W (the forward's)
+
+#define RC 16u    // value dims per round
+#define DEPTH 2u  // rounds of loads in flight (H200: 1.005 ms against 1.023 at 3, whose registers spill)
+// The fp16 stages are uvec2s (4 halves: one 64-bit store per invocation and array), which the matrix
+// loads index in uvec2s.
+#define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
+#define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
+#define PP 4u    // row stride (uvec2s) of phase 2's staged factors: 32 bytes (48 would not fit)
+
+// The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, dU,
+// U, V of a, then of b, [operand][i][c], each as an hi and a lo stage.
+#define ST_HI 0u
+#define ST_LO (2u * RC * SDP)
+#define OP_HI (2u * ST_LO)
+#define OP_LO (OP_HI + 8u * 16u * OPP)
+#define POOL (OP_LO + 8u * 16u * OPP)  // 3712 uvec2s, 29 KiB
+// Phase 2: per subgroup its share of dW K^T (fp32 [16][16]), until the factors [chunk][factor][m][i]
+// take its place; the chunks' fp32 matrices [chunk][matrix][16][16]; per subgroup its share of row
+// sums [sg][2][16] (fp32).
+#define DWK 0u
+#define CF_HI 0u
+#define CF_LO (2u * 8u * 16u * PP)
+#define MATS (2u * CF_LO)
+#define ROWP (MATS + 2u * 5u * 128u)
+shared uvec2 pool[POOL];
+shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2: first its share of G
+shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
+shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
+shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
+shared float dbeta_a[2u * 16u], dlg_s[2u * 16u];
+
+// fp32 element f of the pool (f / 2 is its uvec2).
+float pool_f(uint f) { return uintBitsToFloat(pool[f / 2u][f % 2u]); }
+void set_pool_f(uint f, float x) { pool[f / 2u][f % 2u] = floatBitsToUint(x); }
+// Stores x split into its fp16 pair at pool[hi_at] and pool[lo_at].
+void put_split4(uint hi_at, uint lo_at, vec4 x) {
+  const vec4 h = hi_part(x);
+  pool[hi_at] = pack_half4(h);
+  pool[lo_at] = pack_half4((x - h) * LO);
+}
+
+// ---- phase 1 ----
+
+// The operands' slots in the operand stage (chunk a; chunk b's are 4 further).
+#define OP_DO 0u
+#define OP_DU 1u
+#define OP_U 2u
+#define OP_V 3u
+
+// One invocation's loads of a round: vec4 tid of each state's 16 x 128 rows and of the operands'
+// 8 x 16 x 16.
+struct Round {
+  vec4 s0, ds, op;
+};
+
+Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
+  Round f;
+  const uint at = ((c0 + tid / 32u) * D) / 4u + tid % 32u;  // row c0 + tid / 32, elements 4 (tid % 32) ..
+  f.s0 = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
+  f.ds = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
+  const uint slot = tid / 64u, i = (tid / 4u) % 16u, col = c0 + 4u * (tid % 4u);
+  const Chunk k = slot < 4u ? ka : kb;
+  const uint which = slot % 4u;
+  f.op = vec4(0.0);
+  if (i < k.L) {
+    const uint bt = k.b * pc.t + k.t0 + i;
+    const uint o = ((bt * pc.nv + k.h) * D + col) / 4u;
+    if (which == OP_DO) f.op = do4[o];
+    else if (which == OP_DU) f.op = du4[o];
+    else if (which == OP_U) f.op = u4[o];
+    else f.op = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
+  }
+  return f;
+}
+
+void stage_round(Round f, uint tid) {
+  const uint at = (tid / 32u) * SDP + tid % 32u;
+  put_split4(ST_HI + at, ST_LO + at, f.s0);
+  put_split4(ST_HI + RC * SDP + at, ST_LO + RC * SDP + at, f.ds);
+  const uint op = (tid / 4u) * OPP + tid % 4u;  // (operand tid / 64, row (tid / 4) % 16)
+  put_split4(OP_HI + op, OP_LO + op, f.op);
+}
+// Stages a chunk's [16][128] operand rows (each invocation's vec4) at offset `at0` of the state stage.
+void stage_rows(uint at0, vec4 x, uint tid) {
+  const uint at = at0 + (tid / 32u) * SDP + tid % 32u;
+  put_split4(ST_HI + at, ST_LO + at, x);
+}
+
+// Operand `slot` of the stage as the right factor: [i][c] (row-major) or its transpose [c][i].
+#define LOAD_OP(h, l, slot, transposed)                                      \
+  {                                                                          \
+    coopMatLoadNV(h, pool, OP_HI + (slot) * 16u * OPP, OPP, transposed);     \
+    coopMatLoadNV(l, pool, OP_LO + (slot) * 16u * OPP, OPP, transposed);     \
+  }
+// The state stage at uvec2 `at`, read column-major: [r][c] of a [c][r] stage.
+#define LOAD_STATE_T(h, l, at)                                \
+  {                                                           \
+    coopMatLoadNV(h, pool, ST_HI + (at), SDP, true);          \
+    coopMatLoadNV(l, pool, ST_LO + (at), SDP, true);          \
+  }
+
+// ---- phase 2 ----
+
+// The chunk's fp32 16 x 16 matrices [row][column] (pool fp32 index via mat_f).
+#define MX_T 0u   // T [m][i]
+#define MX_G 1u   // G = K K^T
+#define MX_M 2u   // M [i][j] (j <= i); before it, <dO_i, u_j>
+#define MX_DT 3u  // dT, then F; before them, <dU_i, v_j>
+#define MX_Z 4u   // dT T^T
+uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 5u + w) * 256u + a * 16u + b; }
+float mat(uint ab, uint w, uint a, uint b) { return pool_f(mat_f(ab, w, a, b)); }
+vec4 mat_row4(uint ab, uint w, uint a, uint q) {
+  return vec4(mat(ab, w, a, 4u * q), mat(ab, w, a, 4u * q + 1u), mat(ab, w, a, 4u * q + 2u), mat(ab, w, a, 4u * q + 3u));
+}
+vec4 mat_col4(uint ab, uint w, uint b, uint q) {
+  return vec4(mat(ab, w, 4u * q, b), mat(ab, w, 4u * q + 1u, b), mat(ab, w, 4u * q + 2u, b), mat(ab, w, 4u * q + 3u, b));
+}
+// The right factors, [chunk][factor][m][i] as fp16 pairs.
+#define CF_T 0u
+#define CF_TB 1u
+#define CF_TG 2u
+#define CF_TBG 3u
+#define CF_MT 4u
+#define CF_M 5u
+#define CF_E1 6u
+#define CF_E2 7u
+
+// Item n of the staging of chunk ab's right factors: factor n / 64 (CF_*), row m = (n / 4) % 16,
+// columns i = 4 q .. 4 q + 3 with q = n % 4.
+void stage_coefficient(uint ab, uint n) {
+  const uint c = n / 64u, m = (n / 4u) % 16u, q = n % 4u, r0 = 16u * ab + 4u * q;
+  const vec4 be = vec4(betp[r0], betp[r0 + 1u], betp[r0 + 2u], betp[r0 + 3u]);
+  vec4 x;
+  if (c <= CF_TBG) {
+    const vec4 ga = exp(vec4(lgp[r0], lgp[r0 + 1u], lgp[r0 + 2u], lgp[r0 + 3u]));
+    x = mat_row4(ab, MX_T, m, q);
+    if (c == CF_TB) x *= be;
+    else if (c == CF_TG) x *= ga;
+    else if (c == CF_TBG) x *= be * ga;
+  } else if (c == CF_MT) {
+    x = mat_col4(ab, MX_M, m, q);  // [m][i] = M[i][m]
+  } else if (c == CF_M) {
+    x = mat_row4(ab, MX_M, m, q);
+  } else if (c == CF_E1) {
+    x = be * mat_col4(ab, MX_DT, m, q);  // beta_i F[i][m]
+  } else {
+    x = betp[16u * ab + m] * mat_row4(ab, MX_DT, m, q);  // beta_m F[m][i]
+  }
+  const uint at = ((ab * 8u + c) * 16u + m) * PP + q;
+  put_split4(CF_HI + at, CF_LO + at, x);
+}
+
+// acc += a C for chunk ab's factor c (a: a split operand [column][m]).
+void mma_coef(inout F32M acc, F16M ah, F16M al, uint ab, uint c) {
+  F16M bh, bl;
+  coopMatLoadNV(bh, pool, CF_HI + (ab * 8u + c) * 16u * PP, PP, false);
+  coopMatLoadNV(bl, pool, CF_LO + (ab * 8u + c) * 16u * PP, PP, false);
+  mma_split_into(acc, ah, al, bh, bl);
+}
+
+// The lane's share (tile_row, tile_lane) of a subgroup's operand tile [i][column] at its 16 columns
+// from col0; rows past the chunk are zero.
+#define OPND_K 0u  // k^
+#define OPND_Q 1u  // q^
+#define OPND_U 2u  // dU
+#define OPND_V 3u  // v
+void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
+    const uint bt = k.b * pc.t + k.t0 + i;
+    x[e] = vec4(0.0);
+    if (i < k.L) {
+      if (which == OPND_K) x[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + c4];
+      else if (which == OPND_Q) x[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + c4];
+      else if (which == OPND_U) x[e] = du4[head_row(k, i) * (D / 4u) + c4];
+      else x[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D) / 4u + c4];
+    }
+  }
+}
+// The subgroup's tile at t_at: the lane's two vec4 of a [i][column] tile in.
+void put_tile(uint t_at, uint lane, vec4 x[2]) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint at = t_at + tile_lane(lane) + 128u * e;
+    tiles[at] = x[e].x; tiles[at + 1u] = x[e].y; tiles[at + 2u] = x[e].z; tiles[at + 3u] = x[e].w;
+  }
+}
+// x^T [column][i] with column i scaled by exp(lg_i - lg_from): gamma_i (lg_from = 0) or
+// Gamma / gamma_i (lg_from = lg of the chunk's last row, with the sign flipped: see the calls).
+F32M scale_columns(F32M x, uint t_at, uint lane, uint c0, bool by_gamma) {
+  coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]
+  TILE_SYNC()
+  const float lgam = lgp[c0 + 15u];
+  [[unroll]] for (uint e = 0u; e < 8u; ++e) {  // lane's elements 8 lane .. + 7: row lane / 2, i = 8 (lane % 2) + e
+    const float l = lgp[c0 + 8u * (lane % 2u) + e];
+    tiles[t_at + 8u * lane + e] *= exp(by_gamma ? l : lgam - l);
+  }
+  TILE_SYNC()
+  F32M y;
+  coopMatLoadNV(y, tiles, t_at, 16u, false);
+  TILE_SYNC()
+  return y;
+}
+// The subgroup's share of row sums of x^T [column][i] over its 16 columns into row share w.
+void row_share(F32M x, uint t_at, uint lane, uint sg, uint w) {
+  coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]
+  TILE_SYNC()
+  if (lane < 16u) {
+    float s = 0.0;
+    [[unroll]] for (uint c = 0u; c < 16u; ++c) s += tiles[t_at + c * 16u + lane];
+    set_pool_f(2u * ROWP + (sg * 2u + w) * 16u + lane, s);
+  }
+  subgroupBarrier();
+}
+float row_share_at(uint sg, uint w, uint i) { return pool_f(2u * ROWP + (sg * 2u + w) * 16u + i); }
+
+float dot_tiles(F32M x, F32M y) {  // this lane's share of sum x o y
+  float s = 0.0;
+  for (int e = 0; e < x.length(); ++e) s = fma(x[e], y[e], s);
+  return s;
+}
+F32M times(F32M x, F32M y) {  // element-wise (one layout: F32M's)
+  F32M z = x;
+  for (int e = 0; e < z.length(); ++e) z[e] = x[e] * y[e];
+  return z;
+}
+
+void main() {
+  const uint nch = (pc.t + CH - 1u) / CH, npair = (nch + 1u) / 2u;
+  const uint wg = linear_group();  // (b*nv + h)*npair + p
+  if (wg >= pc.nb * pc.nv * npair) return;
+  const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+  const uint bh = wg / npair, p = wg % npair, b = bh / pc.nv, h = bh % pc.nv;
+  const bool has_b = 2u * p + 1u < nch;
+  const Chunk ka = chunk_of(b, h, 2u * p);
+  Chunk kb = chunk_of(b, h, has_b ? 2u * p + 1u : 2u * p);
+  if (!has_b) kb.L = 0u;  // no chunk b: its operands are zero, and nothing of it is stored
+  const uint slots = max(npair, 2u) - 1u;
+  const bool has_s0 = p > 0u, has_ds = 2u * p + 2u < nch;
+  // (0 where there is no such state: in range, should a compiler load before it selects.)
+  const uint s0_at = has_s0 ? (bh * slots + p - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + p) * D * D : 0u;
+
+  Round ring[DEPTH];
+  [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
+
+  // The rows of the constant left factors below (row tid / 32, elements 4 (tid % 32) ..): k^ of a,
+  // q^ and W of b, loaded before the barrier that their scales wait for.
+  const uint fi = tid / 32u, fr4 = tid % 32u;
+  vec4 fk = vec4(0.0), fq = vec4(0.0), fw = vec4(0.0);
+  if (fi < ka.L) fk = qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + fi) * pc.nk + ka.ko) * (D / 4u) + fr4];
+  if (fi < kb.L) {
+    fq = qkn4[((kb.b * pc.t + kb.t0 + fi) * pc.nk + kb.ko) * (D / 4u) + fr4];
+    fw = wf4[head_row(kb, fi) * (D / 4u) + fr4];
+  }
+  if (tid < 32u) {
+    const Chunk kr = tid < 16u ? ka : kb;
+    const uint i = tid % 16u;
+    lgp[tid] = tid < 16u || has_b ? chunk_lg(kr, i) : 0.0;
+    betp[tid] = i < kr.L ? gates[pc.nb * pc.t * pc.nv + head_row(kr, i)] : 0.0;  // gates: [3][B, T, nv]
+  }
+  barrier();
+  const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;
+
+  // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
+  const uint ab = sg / 8u, q = sg % 8u;
+  // Its constant left factors [r][i]: chunk a's Q~_b^T and -W_b^T (for dSm), chunk b's K~_a^T (for
+  // Sm), staged [i][r] and read column-major.
+  F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
+  {
+    stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
+    stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
+    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, -fw);  // -W_b, in the operands' stage (16 SDP rows fit in 8 x 16 OPP)
+    barrier();
+    LOAD_STATE_T(c1h, c1l, (ab == 0u ? RC * SDP : 0u) + 4u * q)  // Q~_b or K~_a
+    if (ab == 0u) {  // -W_b^T: column-major loads of the [i][r] stage
+      coopMatLoadNV(c2h, pool, OP_HI + 4u * q, SDP, true);
+      coopMatLoadNV(c2l, pool, OP_LO + 4u * q, SDP, true);
+    }
+  }
+
+  // The chunk's X1^T, dW^T (without its sign), X2^T: [r][i]
+  F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
+  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a V_a^T; 10, 11: the same of b ([i][j])
+  float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
+  const uint ops = 4u * ab;  // the chunk's operand slots
+  // The loop is unrolled so that the ring's slots are fixed.
+  [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
+    const Round cur = ring[n % DEPTH];
+    barrier();  // the previous round's readers of the stage are done
+    stage_round(cur, tid);
+    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
+    barrier();
+
+    // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
+    // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b).
+    F16M eh, el, bh_, bl, ah, al;
+    LOAD_STATE_T(eh, el, ab * RC * SDP + 4u * q)
+    LOAD_STATE_T(ah, al, (1u - ab) * RC * SDP + 4u * q)
+    const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
+    F32M made;
+    if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - W_b^T dU_b
+      made = other * gam_b;
+      LOAD_OP(bh_, bl, 4u + OP_DO, false)
+      mma_split_into(made, c1h, c1l, bh_, bl);
+      LOAD_OP(bh_, bl, 4u + OP_DU, false)
+      mma_split_into(made, c2h, c2l, bh_, bl);
+      sdot_part += dot_tiles(made, edge);
+    } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
+      made = other * gam_a;
+      LOAD_OP(bh_, bl, OP_U, false)
+      mma_split_into(made, c1h, c1l, bh_, bl);
+      sdot_part += dot_tiles(edge, made);
+    }
+    // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
+    split(made, ah, al);
+    F16M sh, sl, dh, dl;
+    if (ab == 0u) { sh = eh; sl = el; dh = ah; dl = al; }
+    else { sh = ah; sl = al; dh = eh; dl = el; }
+    LOAD_OP(bh_, bl, ops + OP_DO, true)
+    mma_split_into(x1, sh, sl, bh_, bl);
+    LOAD_OP(bh_, bl, ops + OP_DU, true)
+    mma_split_into(w, sh, sl, bh_, bl);
+    LOAD_OP(bh_, bl, ops + OP_U, true)
+    mma_split_into(x2, dh, dl, bh_, bl);
+
+    // The pair dots: dO or dU [i][c] times U or V read column-major, [c][j] = [j][c]^T.
+    if (sg >= 8u && sg < 12u) {
+      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with V, of a then of b
+      LOAD_OP(ah, al, left, false)
+      LOAD_OP(bh_, bl, left + 2u, true)
+      mma_split_into(pd, ah, al, bh_, bl);
+    }
+  }
+
+  // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
+  const Chunk k = ab == 0u ? ka : kb;
+  const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;  // invocation (pi, pj) of the chunk's half
+  const uint c0 = 16u * ab, col0 = 16u * q, t_at = sg * 256u;
+  // Its operand tiles and T[pi][pj], loaded before the barrier that ends phase 1.
+  vec4 xk[2], xq[2], xu[2], xv[2];
+  fetch_operand(k, lane, col0, OPND_K, xk);
+  fetch_operand(k, lane, col0, OPND_U, xu);
+  fetch_operand(k, lane, col0, OPND_V, xv);
+  fetch_operand(k, lane, col0, OPND_Q, xq);
+  const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
+  sdot_part = subgroupAdd(sdot_part);
+  if (subgroupElect()) red[sg] = sdot_part;
+  barrier();  // phase 1's readers of the pool are done
+
+  // The pair dots into their chunk's M and dT places; the key-dim pair products, the subgroup's
+  // share: K_c K_c^T (into its tile) and dW_c K_c^T (into its DWK place).
+  if (sg >= 8u && sg < 12u)
+    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
+  F32M kt;                  // K^T [column][i], for the element-wise products
+  F16M kth, ktl, wth, wtl;  // K^T, dW^T, split: left operands of the products below
+  {
+    F32M x, g = F32M(0.0), dwk = F32M(0.0);
+    F16M ah, al;
+    put_tile(t_at, lane, xk);
+    TILE_SYNC()
+    coopMatLoadNV(kt, tiles, t_at, 16u, true);
+    split(kt, kth, ktl);
+    coopMatLoadNV(x, tiles, t_at, 16u, false);  // K [i][column]
+    split(x, ah, al);
+    mma_split_into(g, ah, al, kth, ktl);
+    TILE_SYNC()  // every lane's loads of the tile are done
+    x = w * -1.0;  // dW^T
+    split(x, wth, wtl);
+    coopMatStoreNV(x, tiles, t_at, 16u, false);
+    TILE_SYNC()
+    coopMatLoadNV(x, tiles, t_at, 16u, true);  // dW [i][column]
+    split(x, ah, al);
+    mma_split_into(dwk, ah, al, kth, ktl);
+    TILE_SYNC()
+    coopMatStoreNV(g, tiles, t_at, 16u, false);
+    coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
+  }
+  barrier();
+
+  // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
+  {
+    float g = 0.0, dwk = 0.0;
+    [[unroll]] for (uint s = 0u; s < 8u; ++s) {
+      const uint at = (8u * ab + s) * 256u + lt;
+      g += tiles[at];
+      dwk += pool_f(2u * DWK + at);
+    }
+    const uint m_at = mat_f(ab, MX_M, pi, pj), dt_at = mat_f(ab, MX_DT, pi, pj);
+    const float dou = pool_f(m_at), duv = pool_f(dt_at);
+    float m = 0.0, dt = 0.0;
+    const bool live = pi < k.L && pj < k.L;
+    if (live) {
+      dt = betp[c0 + pj] * (duv + exp(lgp[c0 + pj]) * dwk);
+      if (pj <= pi) m = exp(lgp[c0 + pi] - lgp[c0 + pj]) * dou;
+    }
+    set_pool_f(mat_f(ab, MX_T, pi, pj), t_ij);
+    set_pool_f(mat_f(ab, MX_G, pi, pj), live ? g : 0.0);
+    set_pool_f(m_at, m);
+    set_pool_f(dt_at, dt);
+  }
+  barrier();
+  // ---- Z = dT T^T; T's and M's factors (over DWK's place) ----
+  {
+    float z = 0.0;
+    [[unroll]] for (uint m = 0u; m < 16u; ++m) z = fma(mat(ab, MX_DT, pi, m), mat(ab, MX_T, pj, m), z);
+    set_pool_f(mat_f(ab, MX_Z, pi, pj), z);
+    stage_coefficient(ab, lt);                         // T, T diag(beta), T diag(gamma), T diag(beta gamma)
+    if (lt < 128u) stage_coefficient(ab, 256u + lt);   // M^T, M
+  }
+  barrier();
+  // ---- F = -(T^T Z) * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
+  {
+    float f = 0.0;
+    if (pj < pi && pi < k.L) {
+      [[unroll]] for (uint m = 0u; m < 16u; ++m) f = fma(mat(ab, MX_T, m, pi), mat(ab, MX_Z, m, pj), f);
+      f = -f * exp(lgp[c0 + pi] - lgp[c0 + pj]);
+    }
+    set_pool_f(mat_f(ab, MX_DT, pi, pj), f);
+  }
+  barrier();
+  if (lt < 128u) stage_coefficient(ab, 384u + lt);  // E1, E2
+  if (lt < 16u) {
+    float x = 0.0;
+    for (uint j = 0u; j < lt; ++j) x = fma(mat(ab, MX_DT, lt, j), mat(ab, MX_G, lt, j), x);
+    dbeta_a[c0 + lt] = x;
+  }
+  barrier();
+
+  // ---- the subgroup's columns of the [CH x D] results, transposed ----
+  const uint rows = k.L;
+  F32M bsum, asum;  // the element-wise terms of dbeta and dlg
+  {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
+    F32M x, vt;
+    F16M uh, ul;
+    put_tile(t_at, lane, xu);
+    TILE_SYNC()
+    coopMatLoadNV(x, tiles, t_at, 16u, true);
+    split(x, uh, ul);
+    TILE_SYNC()
+    put_tile(t_at, lane, xv);
+    TILE_SYNC()
+    coopMatLoadNV(vt, tiles, t_at, 16u, true);
+    TILE_SYNC()
+    F32M y = F32M(0.0);
+    mma_coef(y, uh, ul, ab, CF_T);
+    bsum = times(vt, y);
+    y = F32M(0.0);
+    mma_coef(y, uh, ul, ab, CF_TB);
+    STORE_TILE_T(y, t_at, lane, rows, dy, (k.b * pc.t + k.t0 + i_) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0, 1.0)
+  }
+  {  // (dW^T T diag(gamma)) for dbeta
+    F32M y = F32M(0.0);
+    mma_coef(y, wth, wtl, ab, CF_TG);
+    bsum = bsum + times(kt, y);
+    row_share(bsum, t_at, lane, sg, 1u);
+  }
+  float extra = 0.0;  // this invocation's share of dlg at CH-1: Gamma <dS, S0> (the chunk's first invocation) ...
+  if (lt == 0u) {
+    float s = 0.0;
+    [[unroll]] for (uint g = 0u; g < 8u; ++g) s += red[8u * ab + g];
+    extra = (ab == 0u ? gam_a : gam_b) * s;
+  }
+  {  // dM^T = X2g^T + Q^T M + K^T E2,  dK^T = dM^T + dW^T T diag(beta gamma) + K^T E1
+    F32M qt;
+    F16M qh, ql;
+    put_tile(t_at, lane, xq);
+    TILE_SYNC()
+    coopMatLoadNV(qt, tiles, t_at, 16u, true);
+    split(qt, qh, ql);
+    TILE_SYNC()
+    F32M dm = scale_columns(x2, t_at, lane, c0, false);  // X2g^T
+    extra += dot_tiles(kt, dm);                           // ... and <K, X2g>
+    mma_coef(dm, qh, ql, ab, CF_M);
+    mma_coef(dm, kth, ktl, ab, CF_E2);
+    F32M dk = dm;
+    mma_coef(dk, wth, wtl, ab, CF_TBG);
+    mma_coef(dk, kth, ktl, ab, CF_E1);
+    STORE_TILE_T(dk, t_at, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
+    asum = times(kt, dk - dm * 2.0);
+    // dQ^T = X1g^T + K^T M^T
+    F32M dq = scale_columns(x1, t_at, lane, c0, true);  // X1g^T
+    mma_coef(dq, kth, ktl, ab, CF_MT);
+    STORE_TILE_T(dq, t_at, lane, rows, rec, head_row(k, i_) * RW + col0, 1.0)
+    asum = asum + times(qt, dq);
+    row_share(asum, t_at, lane, sg, 0u);
+  }
+  extra = subgroupAdd(extra);
+  if (subgroupElect()) extra_p[sg] = extra;
+  barrier();
+
+  // ---- the rows: d(log g_m) = sum_{i >= m} dlg_i, dbeta ----
+  if (lt < 16u) {
+    float a = 0.0;
+    if (lt < k.L)
+      [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, 0u, lt);
+    if (lt == CH - 1u)
+      [[unroll]] for (uint s = 0u; s < 8u; ++s) a += extra_p[8u * ab + s];
+    dlg_s[c0 + lt] = a;
+  }
+  barrier();
+  if (lt < k.L) {
+    float dlogg = 0.0, db = dbeta_a[c0 + lt];
+    for (uint m = lt; m < CH; ++m) dlogg += dlg_s[c0 + m];
+    [[unroll]] for (uint s = 0u; s < 8u; ++s) db += row_share_at(8u * ab + s, 1u, lt);
+    const uint row = head_row(k, lt);
+    rec[row * RW + 2u * D] = dlogg;
+    rec[row * RW + 2u * D + 1u] = db;
+  }
+}
