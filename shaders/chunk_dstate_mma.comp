@@ -80,7 +80,7 @@ void main() {
         const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
         const float coef = row_total(i) / float(D) * inv[e] * inv[e] * inv[e];
         const vec4 dO = inv[e] * wd[e] - o[e] * coef;
-        put_tile(t_do + t_lane + 128u * e, dO);
+        PUT_TILE4(t_do + t_lane + 128u * e, dO)
         if (i < k.L) {
           do4[at] = dO;
           dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
@@ -118,7 +118,7 @@ void main() {
     coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
     TILE_SYNC()
     [[unroll]] for (uint e = 0u; e < 2u; ++e)
-      if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = tile4_at(t_du + t_lane + 128u * e);
+      if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_du + t_lane + 128u * e);
 
     // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
     F16M uh, ul;

@@ -100,7 +100,7 @@ void main() {
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_tile(t_u + t_lane + 128u * e, v[e]);
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, v[e])
     barrier();
 
     // The state at the start of each pair of chunks, for the backward (chunk_values_mma makes the
@@ -146,9 +146,9 @@ void main() {
     vec4 o8[2];  // the lane's elements of O
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-      o8[e] = tile4_at(t_o + t_lane + 128u * e);
+      o8[e] = TILE4_AT(t_o + t_lane + 128u * e);
       if (pc.keep != 0u && i < k.L) {
-        up4[at] = tile4_at(t_u + t_lane + 128u * e);
+        up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
         o4[at] = o8[e];
       }
       put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row

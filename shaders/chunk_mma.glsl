@@ -11,7 +11,7 @@
 //   is not made: the forward takes W S0 as T diag(beta) (K^ S0), which costs a 16 x 16 product on
 //   its serial chain and saves the forward W's stores.
 // - chunk_dstate_mma (defines STAGE_W): -W, which chunk_w stored with the tape (the same product
-//   on the backward's chain measured 0.08 ms of 0.66). (Operators.tb stays zero there.)
+//   on the backward's chain measured 0.08 ms of 0.66).
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
 // for chunk_dstate_mma on the H200 at the 27B shape.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc and p4 ([B, T, nv, CH/4]), and with STAGE_W w4
@@ -33,8 +33,6 @@ shared uvec2 tbh[16u * PP], tbl[16u * PP];  // T diag(beta) [i][j] hi, lo (rows 
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
-void put_tile(uint at, vec4 x) { tiles[at] = x.x; tiles[at + 1u] = x.y; tiles[at + 2u] = x.z; tiles[at + 3u] = x.w; }
-vec4 tile4_at(uint at) { return vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]); }
 // vec4 index, in a [B, T, nv*D] tensor, of the lane's 4 columns (of the subgroup's 16 from col0) in
 // the row of chunk row i (clamped into the chunk).
 uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i, k.L - 1u)) * D + col0 + 4u * (lane % 4u)) / 4u; }
@@ -69,7 +67,10 @@ struct Operators {
   vec4 w[2];           // and of W
 #endif
   float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
-  vec4 p, tb;          // P and T diag(beta): row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
+  vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
+#ifndef STAGE_W
+  vec4 tb;             // T diag(beta), likewise
+#endif
 };
 
 Operators fetch_operators(Chunk k, uint tid) {
@@ -92,7 +93,9 @@ Operators fetch_operators(Chunk k, uint tid) {
   }
   f.lgam = chunk_lg(k, CH - 1u);
   f.p = vec4(0.0);
+#ifndef STAGE_W
   f.tb = vec4(0.0);
+#endif
   if (tid < 64u && tid / 4u < k.L) {
     f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
 #ifndef STAGE_W

@@ -88,7 +88,7 @@ shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
-shared float dbeta_a[2u * 16u], dlg_s[2u * 16u];
+shared float dbeta_a[2u * 16u];
 
 // fp32 element f of the pool (f / 2 is its uvec2).
 float pool_f(uint f) { return uintBitsToFloat(pool[f / 2u][f % 2u]); }
@@ -238,13 +238,6 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
     }
   }
 }
-// The subgroup's tile at t_at: the lane's two vec4 of a [i][column] tile in.
-void put_tile(uint t_at, uint lane, vec4 x[2]) {
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint at = t_at + tile_lane(lane) + 128u * e;
-    tiles[at] = x[e].x; tiles[at + 1u] = x[e].y; tiles[at + 2u] = x[e].z; tiles[at + 3u] = x[e].w;
-  }
-}
 // x^T [column][i] with column i scaled by exp(lg_i - lg_from): gamma_i (lg_from = 0) or
 // Gamma / gamma_i (lg_from = lg of the chunk's last row, with the sign flipped: see the calls).
 F32M scale_columns(F32M x, uint t_at, uint lane, uint c0, bool by_gamma) {
@@ -343,12 +336,25 @@ void main() {
   F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a V_a^T; 10, 11: the same of b ([i][j])
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
   const uint ops = 4u * ab;  // the chunk's operand slots
+  // Phase 2's chunk k and columns col0 .. (key dims and value dims); its operand tiles, loaded in the
+  // last two rounds in the ring's place.
+  const Chunk k = ab == 0u ? ka : kb;
+  const uint col0 = 16u * q;
+  vec4 xk[2], xq[2], xu[2], xv[2];
   // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
     barrier();  // the previous round's readers of the stage are done
     stage_round(cur, tid);
-    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
+    if (n + DEPTH < D / RC) {
+      ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
+    } else if (n + DEPTH == D / RC) {
+      fetch_operand(k, lane, col0, OPND_K, xk);
+      fetch_operand(k, lane, col0, OPND_Q, xq);
+    } else {
+      fetch_operand(k, lane, col0, OPND_U, xu);
+      fetch_operand(k, lane, col0, OPND_V, xv);
+    }
     barrier();
 
     // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
@@ -392,31 +398,19 @@ void main() {
     }
   }
 
-  // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
-  const Chunk k = ab == 0u ? ka : kb;
+  // ---- phase 2: the subgroup's chunk k, its columns col0 .. ----
   const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;  // invocation (pi, pj) of the chunk's half
-  const uint c0 = 16u * ab, col0 = 16u * q, t_at = sg * 256u;
-  // Its operand tiles and T[pi][pj], loaded before the barrier that ends phase 1.
-  vec4 xk[2], xq[2], xu[2], xv[2];
-  fetch_operand(k, lane, col0, OPND_K, xk);
-  fetch_operand(k, lane, col0, OPND_U, xu);
-  fetch_operand(k, lane, col0, OPND_V, xv);
-  fetch_operand(k, lane, col0, OPND_Q, xq);
+  const uint c0 = 16u * ab, t_at = sg * 256u;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
-  sdot_part = subgroupAdd(sdot_part);
-  if (subgroupElect()) red[sg] = sdot_part;
-  barrier();  // phase 1's readers of the pool are done
-
-  // The pair dots into their chunk's M and dT places; the key-dim pair products, the subgroup's
-  // share: K_c K_c^T (into its tile) and dW_c K_c^T (into its DWK place).
-  if (sg >= 8u && sg < 12u)
-    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
+  // The key-dim pair products, the subgroup's share: K_c K_c^T (into its tile, which phase 1 does not
+  // use) and dW_c K_c^T (into its DWK place in the pool, after the barrier).
   F32M kt;                  // K^T [column][i], for the element-wise products
   F16M kth, ktl, wth, wtl;  // K^T, dW^T, split: left operands of the products below
+  F32M dwk = F32M(0.0);
   {
-    F32M x, g = F32M(0.0), dwk = F32M(0.0);
+    F32M x, g = F32M(0.0);
     F16M ah, al;
-    put_tile(t_at, lane, xk);
+    PUT_LANE_TILE(t_at, lane, xk)
     TILE_SYNC()
     coopMatLoadNV(kt, tiles, t_at, 16u, true);
     split(kt, kth, ktl);
@@ -433,8 +427,13 @@ void main() {
     mma_split_into(dwk, ah, al, kth, ktl);
     TILE_SYNC()
     coopMatStoreNV(g, tiles, t_at, 16u, false);
-    coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
   }
+  sdot_part = subgroupAdd(sdot_part);
+  if (subgroupElect()) red[sg] = sdot_part;
+  barrier();  // phase 1's readers of the pool are done
+  coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
+  if (sg >= 8u && sg < 12u)  // the pair dots, into their chunk's M and dT places
+    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
   barrier();
 
   // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
@@ -492,12 +491,12 @@ void main() {
   {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
     F32M x, vt;
     F16M uh, ul;
-    put_tile(t_at, lane, xu);
+    PUT_LANE_TILE(t_at, lane, xu)
     TILE_SYNC()
     coopMatLoadNV(x, tiles, t_at, 16u, true);
     split(x, uh, ul);
     TILE_SYNC()
-    put_tile(t_at, lane, xv);
+    PUT_LANE_TILE(t_at, lane, xv)
     TILE_SYNC()
     coopMatLoadNV(vt, tiles, t_at, 16u, true);
     TILE_SYNC()
@@ -523,7 +522,7 @@ void main() {
   {  // dM^T = X2g^T + Q^T M + K^T E2,  dK^T = dM^T + dW^T T diag(beta gamma) + K^T E1
     F32M qt;
     F16M qh, ql;
-    put_tile(t_at, lane, xq);
+    PUT_LANE_TILE(t_at, lane, xq)
     TILE_SYNC()
     coopMatLoadNV(qt, tiles, t_at, 16u, true);
     split(qt, qh, ql);
@@ -548,22 +547,24 @@ void main() {
   if (subgroupElect()) extra_p[sg] = extra;
   barrier();
 
-  // ---- the rows: d(log g_m) = sum_{i >= m} dlg_i, dbeta ----
-  if (lt < 16u) {
-    float a = 0.0;
-    if (lt < k.L)
-      [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, 0u, lt);
-    if (lt == CH - 1u)
-      [[unroll]] for (uint s = 0u; s < 8u; ++s) a += extra_p[8u * ab + s];
-    dlg_s[c0 + lt] = a;
-  }
-  barrier();
-  if (lt < k.L) {
-    float dlogg = 0.0, db = dbeta_a[c0 + lt];
-    for (uint m = lt; m < CH; ++m) dlogg += dlg_s[c0 + m];
-    [[unroll]] for (uint s = 0u; s < 8u; ++s) db += row_share_at(8u * ab + s, 1u, lt);
-    const uint row = head_row(k, lt);
-    rec[row * RW + 2u * D] = dlogg;
-    rec[row * RW + 2u * D + 1u] = db;
+  // ---- the rows, by the chunk's first subgroup, lane l < 16 at row i = 15 - l: dbeta, and
+  // d(log g_i) = sum_{m >= i} dlg_m as a sum over lanes 0 .. l ----
+  if (q == 0u) {
+    const uint i = 15u - min(lane, 15u);
+    float a = 0.0, db = 0.0;
+    if (lane < 16u) {
+      if (i < k.L)
+        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, 0u, i);
+      if (i == CH - 1u)
+        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += extra_p[8u * ab + s];
+      db = dbeta_a[c0 + i];
+      [[unroll]] for (uint s = 0u; s < 8u; ++s) db += row_share_at(8u * ab + s, 1u, i);
+    }
+    const float dlogg = subgroupInclusiveAdd(a);
+    if (lane < 16u && i < k.L) {
+      const uint row = head_row(k, i);
+      rec[row * RW + 2u * D] = dlogg;
+      rec[row * RW + 2u * D + 1u] = db;
+    }
   }
 }

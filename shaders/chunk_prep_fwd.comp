@@ -73,10 +73,8 @@ void main() {
         q = qkn4[((bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
         k = qkn4[((pc.nb * pc.t + bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
       }
-      [[unroll]] for (uint l = 0u; l < 4u; ++l) {
-        tiles[t0k + at + l] = k[l];
-        tiles[t0q + at + l] = q[l];
-      }
+      PUT_TILE4(t0k + at, k)
+      PUT_TILE4(t0q + at, q)
     }
     TILE_SYNC()
     F32M x;

@@ -38,7 +38,7 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint j = tile_row(lane, e), at = lane_at + 128u * e;
       const vec4 k = j < L ? qkn4[((pc.nb * pc.t + bt0 + j) * pc.nk + ko) * (D / 4u) + r4] : vec4(0.0);
-      tiles[at] = k.x; tiles[at + 1u] = k.y; tiles[at + 2u] = k.z; tiles[at + 3u] = k.w;
+      PUT_TILE4(at, k)
     }
     TILE_SYNC()
     F32M x;
@@ -69,7 +69,7 @@ void main() {
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
         const uint row = tile_row(lane, e), at = lane_at + 128u * e;
         if (row < L)
-          w4[((bt0 + row) * pc.nv + hfirst + hb) * (D / 4u) + r4] = vec4(tiles[at], tiles[at + 1u], tiles[at + 2u], tiles[at + 3u]);
+          w4[((bt0 + row) * pc.nv + hfirst + hb) * (D / 4u) + r4] = TILE4_AT(at);
       }
       subgroupBarrier();  // every lane's reads of the tile are done before the next head's store
     }

@@ -139,9 +139,9 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
 // chunk_pair_bwd_mma: phase 1's stages (phase 2's matrices and factors take their place), one fp32
-// 16 x 16 tile per subgroup (16); both chunks' lg and beta, the subgroups' sums, dbeta and dlg.
+// 16 x 16 tile per subgroup (16); both chunks' lg, beta and the first dbeta terms, the subgroups' sums.
 constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 4 * 16 + 16 + 16 + 4 * 16) * 4;
+  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 3 * 2 * 16 + 16 + 16) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP

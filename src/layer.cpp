@@ -287,13 +287,16 @@ struct LayerImpl {
       const std::size_t slots = state_slots(T);
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
-      bwd.w = buffer("W, dW per chunk", BT * nv * kD);
       bwd.du = buffer("dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
-      const std::size_t chunks = std::size_t(B) * nv * nseg(T);
-      bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
-      bwd.sdot = buffer("<dS, S0> per chunk", chunks);
-      if (!chunked.chunk_dstate_mma) {  // the matrix units' backward reads T and lg from the tape
+      // The CUDA-core passes hand W, dW, the pair dots and <dS, S0> from pass to pass through memory,
+      // and make T and lg; the matrix units' pair pass keeps the first in registers, and the backward
+      // reads T and lg from the tape.
+      if (!chunked.chunk_dstate_mma) {
+        const std::size_t chunks = std::size_t(B) * nv * nseg(T);
+        bwd.w = buffer("W, dW per chunk", BT * nv * kD);
+        bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
+        bwd.sdot = buffer("<dS, S0> per chunk", chunks);
         bwd.tm = buffer("T per chunk", BT * nv * cs);
         bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
       }
@@ -410,18 +413,21 @@ struct LayerImpl {
                  heads * kColumnBlocks);
       r.mark("chunk_dstate");
     }
-    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl); on the matrix
-    // units one pass does both for a pair of chunks per workgroup, and also reads the forward's W
-    // (binding 15).
-    const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
-                                             v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
-                                             v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
+    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl). On the matrix
+    // units one pass does both for a pair of chunks per workgroup: it leaves bindings 7 (dW), 13 (pair
+    // dots) and 14 (<dS, S0>) unused (bound to dU here: there are no such buffers), and reads the
+    // forward's W at binding 15.
     if (matrix) {
-      auto with_w = views;
-      with_w.push_back(v(*f.w));
-      r.dispatch(*chunked.chunk_pair_bwd_mma, with_w, pc, heads * state_groups(f.T));
+      const gpu::Buffer& none = *bwd.du;
+      r.dispatch(*chunked.chunk_pair_bwd_mma,
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(none), v(tm),
+                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(none), v(none), v(*f.w)},
+                 pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
+      const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
+                                               v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
+                                               v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
       r.dispatch(*chunked.chunk_values, views, pc, chunks);
       r.mark("chunk_values");
       r.dispatch(*chunked.chunk_grads, views, pc, chunks);
