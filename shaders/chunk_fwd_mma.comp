@@ -35,7 +35,7 @@ layout(set = 0, binding = 8) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4]
 layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T, nv*D/4] the layer's output
 layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
-layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, C/4]: v at (2*nk*D + h*D) / 4
+layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -45,7 +45,7 @@ layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T
 void fetch_v(Chunk k, uint lane, uint col0, out vec4 x[2]) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e);
-    x[e] = i < k.L ? y4[((k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0 + 4u * (lane % 4u)) / 4u]
+    x[e] = i < k.L ? y4[(y_at(k.b * pc.t + k.t0 + i, k.h) + col0 + 4u * (lane % 4u)) / 4u]
                    : vec4(0.0);
   }
 }

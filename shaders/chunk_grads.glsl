@@ -4,7 +4,7 @@
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, or the forward's)
-layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
+layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape);
                                                                         // the matrix units' passes: u (chunk_fwd_mma's tape)
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o

@@ -11,9 +11,9 @@ const uint NSR = D / SG;  // subgroups per row half
 
 float u_at(Chunk k, uint i, uint col) {  // u = beta (v - kv), as the forward made it
   const uint bt = k.b * pc.t + k.t0 + i;
-  return bet[i] * (y[bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col] - kv_in[(bt * pc.nv + k.h) * D + col]);
+  return bet[i] * (y[y_at(bt, k.h) + col] - kv_in[(bt * pc.nv + k.h) * D + col]);
 }
-float v_at(Chunk k, uint i, uint col) { return y[(k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col]; }
+float v_at(Chunk k, uint i, uint col) { return y[y_at(k.b * pc.t + k.t0 + i, k.h) + col]; }
 
 // The staged operands: element e of a round is (operand, row i, column c0 + e % TILE), read along
 // rows (coalesced) and stored [operand][column][row] (rows contiguous: vec4 reads of 4 rows).

@@ -52,7 +52,7 @@ layout(constant_id = 0) const uint SG = 32;
 
 // vec4 views of chunk_grads.glsl's bindings, and the forward's W.
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
-layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, C/4]
+layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, nv*D/4] v (y_at)
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4]
 layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };    // [B, T, nv*D/4]
@@ -129,7 +129,7 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
     if (which == OP_DO) f.op = do4[o];
     else if (which == OP_DU) f.op = du4[o];
     else if (which == OP_U) f.op = u4[o];
-    else f.op = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D + col) / 4u];
+    else f.op = y4[(y_at(bt, k.h) + col) / 4u];
   }
   return f;
 }
@@ -234,7 +234,7 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
       if (which == OPND_K) x[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + c4];
       else if (which == OPND_Q) x[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + c4];
       else if (which == OPND_U) x[e] = du4[head_row(k, i) * (D / 4u) + c4];
-      else x[e] = y4[(bt * pc.c_dim + 2u * pc.nk * D + k.h * D) / 4u + c4];
+      else x[e] = y4[y_at(bt, k.h) / 4u + c4];
     }
   }
 }

@@ -24,6 +24,10 @@ layout(push_constant) uniform Push {
   float fpad2;
 } pc;
 
+// y, the conv output the recurrences read, holds only the v channels: [B, T, nv*D] (q and k leave
+// conv_fwd normalized, in qkn). The element index of token row bt's head h, column 0:
+uint y_at(uint bt, uint h) { return (bt * pc.nv + h) * D; }
+
 // Grids are folded into (x, y) under maxComputeWorkGroupCount by the host (gpu::Recorder::dispatch).
 uint linear_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
 

@@ -2,7 +2,7 @@
 // Depthwise causal conv + SiLU over time, time-blocked (conv.glsl), with the q/k l2 norms fused in:
 //   y[b,t,c] = silu(sum_j conv[c,j] * qkv[b, t-(K-1)+j, c]), zero before the window
 //   q^ = q / (sqrt(sum q^2 + 1e-6) * sqrt(D)),  k^ = k / sqrt(sum k^2 + 1e-6)   (per token and k-head)
-// The v channels go to y. The q and k channels leave only as q^, k^ and their sums of squares + 1e-6:
+// The v channels go to y ([B, T, nv*D]). The q and k channels leave only as q^, k^ and their sums of squares + 1e-6:
 // nothing else reads them (the backward's qk_bwd and qk_bwd2 make q and k back from those).
 // A head's D channels are 32 neighbouring invocations of one token block (C/4 is a multiple of 32),
 // whose sums of squares per token meet in shared memory: no subgroup size assumed.
@@ -11,7 +11,7 @@ layout(local_size_x = 64) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, C] raw projection
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
-layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, C] conv + silu (v channels)
+layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, nv*D] conv + silu of the v channels
 layout(set = 0, binding = 3) writeonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
 #define TB 8u  // tokens per invocation: its outputs wait in registers (16: 113 registers, 0.145 ms on the H200; 8: 0.122)
 layout(set = 0, binding = 4) writeonly buffer Nq { float nq[]; };     // [2][B, T, nk] sum q^2 + 1e-6, sum k^2 + 1e-6
@@ -43,7 +43,7 @@ void main() {
       vec4 pre = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
       y[s] = silu(pre);
-      if (!qk) y4[conv_at(k, t)] = y[s];
+      if (!qk) y4[(y_at(k.b * pc.t + uint(t), 0u) + 4u * k.c4 - 2u * pc.nk * D) / 4u] = y[s];
       [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) x[j] = x[j + 1u];
     }
   }

@@ -19,7 +19,7 @@ layout(local_size_x = 128) in;
 #define PW 257u
 #endif
 
-layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C] conv + silu output
+layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 1) readonly buffer Nq { float nq[]; };        // [2][B, T, nk]
 layout(set = 0, binding = 2) readonly buffer Dqk { float dqk[]; };      // [B, T, nv][NWG][PW]
 layout(set = 0, binding = 3) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
@@ -71,10 +71,10 @@ void main() {
     const float dbeta = dqk[at + 257u];
     const float dlogg = dqk[at + 256u];
 #else
-    const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + tid;  // column tid of head h's v
+    const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + tid;  // column tid of head h's v in dy
     const float du = dy[vi];
     dy[vi] = beta * du;  // dv
-    const float dbeta = block_sum(tid, du * (y[vi] - kv[(bt * pc.nv + h) * D + tid]));
+    const float dbeta = block_sum(tid, du * (y[y_at(bt, h) + tid] - kv[(bt * pc.nv + h) * D + tid]));
     float dg = 0.0;
     [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
     const float dlogg = dg * gates[bt * pc.nv + h];

@@ -29,7 +29,7 @@ layout(constant_id = 1) const uint CS = 8;
 // leave a loop with barriers rolled, and hist[] then lives in memory. CPU drivers (lavapipe) take
 // minutes to compile the unrolled code; they get a rolled build (-DROLLED_SEGMENTS) of the same steps.
 
-layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
+layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 1) readonly buffer Qkn { vec4 qkn4[]; };      // [2][B, T, nk, D/4]
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 3) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D]
@@ -122,7 +122,7 @@ void main() {
       if (j < nst) {
         const uint bt = b * pc.t + t0 + j;
         const uint c = h * D + blk * COLS + e % COLS;
-        bv[e] = y[bt * pc.c_dim + 2u * pc.nk * D + c];
+        bv[e] = y[y_at(bt, 0u) + c];
         bkv[e] = kv_in[bt * pc.nv * D + c];
         bdo[e] = do_in[bt * pc.nv * D + c];
       }

@@ -8,7 +8,7 @@
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
 
-layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
+layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 1) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D]
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 3) readonly buffer Z { float z[]; };          // [B, T, nv*D]
@@ -36,7 +36,7 @@ void main() {
     if (tid < D) {
       sq[tid] = qkn[(bt * pc.nk + ko) * D + tid];
       sk[tid] = qkn[((n_bt + bt) * pc.nk + ko) * D + tid];
-      sv[tid] = y[bt * pc.c_dim + 2u * pc.nk * D + h * D + tid];
+      sv[tid] = y[y_at(bt, h) + tid];
     }
     barrier();
     const float g = gates[bt * pc.nv + h];

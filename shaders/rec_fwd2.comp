@@ -13,7 +13,7 @@
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8..64
 
-layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, C]: v at 2*nk*D + h*D
+layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 1) readonly buffer Qkn { vec4 qkn4[]; };      // [2][B, T, nk, D/4] q^, k^
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 3) writeonly buffer O { float o_pre[]; };     // [B, T, nv*D]
@@ -82,7 +82,7 @@ void main() {
     }
     for (uint e = lid; e < TS * COLS; e += 64u) {
       const uint j = e / COLS;
-      if (j < nst) fv[e] = y[(b * pc.t + tb + j) * pc.c_dim + 2u * pc.nk * D + h * D + blk * COLS + e % COLS];
+      if (j < nst) fv[e] = y[y_at(b * pc.t + tb + j, h) + blk * COLS + e % COLS];
     }
     if (lid < nst) {
       const uint bt = b * pc.t + tb + lid;

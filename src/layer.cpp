@@ -61,7 +61,7 @@ void expect_shape(const char* tensor, const Tensor& t, std::vector<std::int64_t>
 struct ForwardState {
   int B = 0, T = 0;
   bool keep = false;
-  std::unique_ptr<gpu::Buffer> y;      // [B, T, C] conv + silu output
+  std::unique_ptr<gpu::Buffer> y;      // [B, T, nv*D] conv + silu output, v channels (q and k: qkn)
   std::unique_ptr<gpu::Buffer> qkn;    // [2][B, T, nk, D] q^, k^
   std::unique_ptr<gpu::Buffer> nq;     // [2][B, T, nk] squared norms + 1e-6
   std::unique_ptr<gpu::Buffer> gates;  // [3][B, T, nv] g, beta, a + dt_bias
@@ -247,7 +247,7 @@ struct LayerImpl {
     if (f.B == B && f.T == T && f.keep == keep && f.y) return;
     f = ForwardState{};  // frees the old buffers before allocating the new ones
     const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, nk = cfg.nk;
-    f.y = buffer("y (conv output)", BT * cfg.channels());
+    f.y = buffer("v (conv output)", BT * nv * kD);  // the q and k channels leave normalized, in qkn
     f.qkn = buffer("qk_hat", 2 * BT * nk * kD);
     f.nq = buffer("qk_norms", 2 * BT * nk);
     f.gates = buffer("gates", 3 * BT * nv);
