@@ -90,7 +90,7 @@ void main() {
     }
 
     // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
-    // chunk_values_mma, which makes the one between them again (the last chunk's is zero).
+    // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is zero).
     if (k.c + 1u < nch && k.c % 2u == 1u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);

@@ -103,7 +103,7 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, v[e])
     barrier();
 
-    // The state at the start of each pair of chunks, for the backward (chunk_values_mma makes the
+    // The state at the start of each pair of chunks, for the backward (chunk_pair_bwd_mma makes the
     // one between them again; chunk 0 starts at zero: not stored).
     if (pc.keep != 0u && c > 0u && c % 2u == 0u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)

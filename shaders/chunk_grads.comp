@@ -14,7 +14,7 @@
 // that shrink (K~, M^T Q, E^T K), the diagonal of M left out of both (its terms cancel);
 // d(log g_m) = sum_{i >= m} dlg_i. Leaves per (token, v-head) a record
 // [dq^ (D), dk^ (D), d(log g), dbeta] for qk_bwd2 and dv in dy's v part.
-// The matrix units' path runs chunk_grads_mma.comp in its place.
+// The matrix units' path runs chunk_pair_bwd_mma.comp (phase 2) in its place.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"

@@ -7,7 +7,7 @@
 // dW, the two pair-dot matrices and Gamma <dS, S0>. This is most of the backward's arithmetic and all
 // its reads of the states; as a pass of its own it runs more workgroups per SM than it did inside
 // chunk_grads (fewer registers), and chunk_grads more too.
-// Where the matrix units run, chunk_values_mma.comp makes the same products on them.
+// Where the matrix units run, chunk_pair_bwd_mma.comp (phase 1) makes the same products on them.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"

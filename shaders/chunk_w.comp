@@ -1,7 +1,7 @@
 #version 460
 // The matrix units' chunked forward with a tape, after chunk_prep_fwd: every chunk's
 //   W_h = T_h diag(beta_h gamma_h) K        ([CH x D], chunk.glsl's form)
-// for the backward's serial passes (chunk_dstate_mma, chunk_values_mma), which take each product
+// for the backward's serial passes (chunk_dstate_mma, chunk_pair_bwd_mma), which take each product
 // with W as one step on their chains. The forward (chunk_fwd_mma) takes W S0 as T diag(beta)
 // (diag(gamma) K S0) and reads no W: without a tape this pass does not run.
 // One workgroup per (window b, key head, chunk c), for the nv / nk v-heads that share the key head's

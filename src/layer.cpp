@@ -226,7 +226,7 @@ struct LayerImpl {
     return cfg.variant == Variant::Chunked ? cfg.checkpoint_interval : std::min(cfg.checkpoint_interval, T);
   }
   int nseg(int T) const { return (T + interval(T) - 1) / interval(T); }
-  // Groups of chunks between stored states: pairs on the matrix units (chunk_values_mma takes a pair
+  // Groups of chunks between stored states: pairs on the matrix units (chunk_pair_bwd_mma takes a pair
   // per workgroup and makes the state between its chunks again), else single segments.
   int state_groups(int T) const {
     const int per_group = chunked.chunk_pair_bwd_mma ? 2 : 1;
