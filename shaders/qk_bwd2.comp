@@ -33,19 +33,9 @@ layout(set = 0, binding = 9) readonly buffer Qkn { float qkn[]; };      // [2][B
 shared float red[2 * D];
 #define L2_SUBGROUP_SUMS
 #include "l2_bwd.glsl"
-
-// Sum over the workgroup's D invocations (tree in red[0 .. D-1]); every invocation gets it.
-float block_sum(uint tid, float x) {
-  red[tid] = x;
-  barrier();
-  for (uint s = D / 2u; s > 0u; s >>= 1u) {
-    if (tid < s) red[tid] += red[tid + s];
-    barrier();
-  }
-  const float total = red[0];
-  barrier();  // every invocation has read it before red is written again
-  return total;
-}
+#ifndef CHUNKED
+#include "workgroup_sum.glsl"
+#endif
 
 void main() {
   const uint idx = linear_group();  // (b*T + t)*nk + key head
@@ -74,7 +64,7 @@ void main() {
     const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + tid;  // column tid of head h's v in dy
     const float du = dy[vi];
     dy[vi] = beta * du;  // dv
-    const float dbeta = block_sum(tid, du * (y[y_at(bt, h) + tid] - kv[(bt * pc.nv + h) * D + tid]));
+    const float dbeta = workgroup_sum(du * (y[y_at(bt, h) + tid] - kv[(bt * pc.nv + h) * D + tid]));
     float dg = 0.0;
     [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
     const float dlogg = dg * gates[bt * pc.nv + h];

@@ -1,5 +1,6 @@
 // Sum of one float over a workgroup of at most D invocations: subgroup sums, then the subgroups'
-// partials through shared memory. Every invocation gets the total. (norm_fwd2, norm_bwd2)
+// partials through shared memory. Every invocation gets the total, and may call it again at once.
+// (norm_fwd2, norm_bwd2, qk_bwd2)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
@@ -11,5 +12,6 @@ float workgroup_sum(float v) {
   barrier();
   float s = 0.0;
   for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[i];
+  barrier();  // every invocation has read the partials before the next call writes them
   return s;
 }
