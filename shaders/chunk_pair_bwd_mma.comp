@@ -238,8 +238,8 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
     }
   }
 }
-// x^T [column][i] with column i scaled by exp(lg_i - lg_from): gamma_i (lg_from = 0) or
-// Gamma / gamma_i (lg_from = lg of the chunk's last row, with the sign flipped: see the calls).
+// x^T [column][i] (chunk rows i) with column i scaled by gamma_i (by_gamma) or by Gamma / gamma_i,
+// through the subgroup's tile.
 F32M scale_columns(F32M x, uint t_at, uint lane, uint c0, bool by_gamma) {
   coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]
   TILE_SYNC()
