@@ -336,25 +336,12 @@ void main() {
   F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a V_a^T; 10, 11: the same of b ([i][j])
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
   const uint ops = 4u * ab;  // the chunk's operand slots
-  // Phase 2's chunk k and columns col0 .. (key dims and value dims); its operand tiles, loaded in the
-  // last two rounds in the ring's place.
-  const Chunk k = ab == 0u ? ka : kb;
-  const uint col0 = 16u * q;
-  vec4 xk[2], xq[2], xu[2], xv[2];
   // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
     barrier();  // the previous round's readers of the stage are done
     stage_round(cur, tid);
-    if (n + DEPTH < D / RC) {
-      ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
-    } else if (n + DEPTH == D / RC) {
-      fetch_operand(k, lane, col0, OPND_K, xk);
-      fetch_operand(k, lane, col0, OPND_Q, xq);
-    } else {
-      fetch_operand(k, lane, col0, OPND_U, xu);
-      fetch_operand(k, lane, col0, OPND_V, xv);
-    }
+    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
 
     // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
@@ -398,17 +385,29 @@ void main() {
     }
   }
 
-  // ---- phase 2: the subgroup's chunk k, its columns col0 .. ----
+  // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
+  const Chunk k = ab == 0u ? ka : kb;
+  const uint col0 = 16u * q;
+  // Its operand tiles, loaded as phase 1 ends.
+  vec4 xk[2], xq[2], xu[2], xv[2];
+  fetch_operand(k, lane, col0, OPND_K, xk);
+  fetch_operand(k, lane, col0, OPND_U, xu);
+  fetch_operand(k, lane, col0, OPND_V, xv);
+  fetch_operand(k, lane, col0, OPND_Q, xq);
   const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;  // invocation (pi, pj) of the chunk's half
   const uint c0 = 16u * ab, t_at = sg * 256u;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
-  // The key-dim pair products, the subgroup's share: K_c K_c^T (into its tile, which phase 1 does not
-  // use) and dW_c K_c^T (into its DWK place in the pool, after the barrier).
+  sdot_part = subgroupAdd(sdot_part);
+  if (subgroupElect()) red[sg] = sdot_part;
+  barrier();  // phase 1's readers of the pool are done
+  if (sg >= 8u && sg < 12u)  // the pair dots, into their chunk's M and dT places
+    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
+  // The key-dim pair products, the subgroup's share: K_c K_c^T (into its tile) and dW_c K_c^T (into
+  // its DWK place in the pool).
   F32M kt;                  // K^T [column][i], for the element-wise products
   F16M kth, ktl, wth, wtl;  // K^T, dW^T, split: left operands of the products below
-  F32M dwk = F32M(0.0);
   {
-    F32M x, g = F32M(0.0);
+    F32M x, g = F32M(0.0), dwk = F32M(0.0);
     F16M ah, al;
     PUT_LANE_TILE(t_at, lane, xk)
     TILE_SYNC()
@@ -427,13 +426,8 @@ void main() {
     mma_split_into(dwk, ah, al, kth, ktl);
     TILE_SYNC()
     coopMatStoreNV(g, tiles, t_at, 16u, false);
+    coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
   }
-  sdot_part = subgroupAdd(sdot_part);
-  if (subgroupElect()) red[sg] = sdot_part;
-  barrier();  // phase 1's readers of the pool are done
-  coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
-  if (sg >= 8u && sg < 12u)  // the pair dots, into their chunk's M and dT places
-    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
   barrier();
 
   // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
