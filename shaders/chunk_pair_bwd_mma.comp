@@ -24,7 +24,8 @@
 // Phase 2, each half of the workgroup its chunk's gradients, from X1^T, dW^T and X2^T as phase 1
 // left them in its registers (the forms are chunk_grads.comp's). The chunk's 16 x 16 matrices are
 // made on the CUDA cores: G = K K^T and dW K^T (each subgroup's share over its 16 key dims on the
-// matrix units, added in shared memory), M, dT, dA = -T^T dT T^T and F = dA * decay. They are staged
+// matrix units, added in shared memory), M, dT; then dA = -T^T dT T^T (by the chunk's first subgroup,
+// on the matrix units) and F = dA * decay. They are staged
 // as the right factors [m][i] of the products, fp16 pairs:
 //   T,  T diag(beta),  T diag(gamma),  T diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
@@ -82,7 +83,7 @@ layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, n
 #define CF_HI 0u
 #define CF_LO (2u * 8u * 16u * PP)
 #define MATS (2u * CF_LO)
-#define ROWP (MATS + 2u * 5u * 128u)
+#define ROWP (MATS + 2u * 4u * 128u)
 shared uvec2 pool[POOL];
 shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2: first its share of G
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
@@ -167,8 +168,7 @@ void stage_rows(uint at0, vec4 x, uint tid) {
 #define MX_G 1u   // G = K K^T
 #define MX_M 2u   // M [i][j] (j <= i); before it, <dO_i, u_j>
 #define MX_DT 3u  // dT, then F; before them, <dU_i, v_j>
-#define MX_Z 4u   // dT T^T
-uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 5u + w) * 256u + a * 16u + b; }
+uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 4u + w) * 256u + a * 16u + b; }
 float mat(uint ab, uint w, uint a, uint b) { return pool_f(mat_f(ab, w, a, b)); }
 vec4 mat_row4(uint ab, uint w, uint a, uint q) {
   return vec4(mat(ab, w, a, 4u * q), mat(ab, w, a, 4u * q + 1u), mat(ab, w, a, 4u * q + 2u), mat(ab, w, a, 4u * q + 3u));
@@ -452,23 +452,29 @@ void main() {
     set_pool_f(dt_at, dt);
   }
   barrier();
-  // ---- Z = dT T^T; T's and M's factors (over DWK's place) ----
-  {
-    float z = 0.0;
-    [[unroll]] for (uint m = 0u; m < 16u; ++m) z = fma(mat(ab, MX_DT, pi, m), mat(ab, MX_T, pj, m), z);
-    set_pool_f(mat_f(ab, MX_Z, pi, pj), z);
-    stage_coefficient(ab, lt);                         // T, T diag(beta), T diag(gamma), T diag(beta gamma)
-    if (lt < 128u) stage_coefficient(ab, 256u + lt);   // M^T, M
-  }
-  barrier();
-  // ---- F = -(T^T Z) * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
-  {
-    float f = 0.0;
-    if (pj < pi && pi < k.L) {
-      [[unroll]] for (uint m = 0u; m < 16u; ++m) f = fma(mat(ab, MX_T, m, pi), mat(ab, MX_Z, m, pj), f);
-      f = -f * exp(lgp[c0 + pi] - lgp[c0 + pj]);
+  // ---- T's and M's factors (over DWK's place); the chunk's first subgroup makes dA = -T^T (dT T^T)
+  // on the matrix units and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
+  stage_coefficient(ab, lt);                        // T, T diag(beta), T diag(gamma), T diag(beta gamma)
+  if (lt < 128u) stage_coefficient(ab, 256u + lt);  // M^T, M
+  if (q == 0u) {
+    F32M x, z = F32M(0.0), da = F32M(0.0);
+    F16M ah, al, bh, bl;
+    coopMatLoadNV(x, pool, mat_f(ab, MX_DT, 0u, 0u) / 2u, 8u, false);  // dT [i][m]
+    split(x, ah, al);
+    coopMatLoadNV(x, pool, mat_f(ab, MX_T, 0u, 0u) / 2u, 8u, true);   // T^T [m][j]
+    split(x, bh, bl);
+    mma_split_into(z, ah, al, bh, bl);  // Z = dT T^T
+    split(x, ah, al);                   // T^T [i][m]
+    split(z, bh, bl);
+    mma_split_into(da, ah, al, bh, bl);  // T^T Z = -dA
+    coopMatStoreNV(da, tiles, t_at, 16u, false);
+    TILE_SYNC()
+    const uint i = lane / 2u;  // the lane's elements 8 lane .. + 7: row i, columns j = 8 (lane % 2) + e
+    [[unroll]] for (uint e = 0u; e < 8u; ++e) {
+      const uint j = 8u * (lane % 2u) + e;
+      const float f = j < i && i < k.L ? -tiles[t_at + 8u * lane + e] * exp(lgp[c0 + i] - lgp[c0 + j]) : 0.0;
+      set_pool_f(mat_f(ab, MX_DT, i, j), f);
     }
-    set_pool_f(mat_f(ab, MX_DT, pi, pj), f);
   }
   barrier();
   if (lt < 128u) stage_coefficient(ab, 384u + lt);  // E1, E2
