@@ -1,25 +1,18 @@
 // The l2-norm backward of one (b, t, key head), shared by qk_bwd and qk_bwd2: D invocations, thread
-// `tid` holds element tid of the summed dq^, dk^; `red` is 2*D shared floats (free on entry).
+// `tid` holds element tid of the summed dq^, dk^.
 // Needs bindings qkn ([2][B, T, nk, D]: q^, k^) and nq ([2][B, T, nk]: sum q^2 + 1e-6, sum k^2 + 1e-6).
 //
 //   x^ = x / n,  n = sqrt(sum x^2 + 1e-6) (times sqrt(D) for q)  =>  dx = (dx^ - x^ <dx^, x^> s) / n
 // with s = 1 for k and D for q (x = n x^, so <dx^, x> = n <dx^, x^>): from q^ and k^ alone, which
 // is all the conv keeps of q and k.
 // With L2_SUBGROUP_SUMS (qk_bwd2: its families need subgroup arithmetic anyway) the two sums are
-// subgroup sums and one barrier; else a tree in shared memory (qk_bwd, the per-head fallback, asks
-// nothing of subgroups).
+// workgroup_sum.glsl's (included before); else a tree in `red`, 2*D shared floats (qk_bwd, the
+// per-head fallback, asks nothing of subgroups).
 void l2_backward(uint tid, uint idx, float dq, float dk, out float dq_raw, out float dk_raw) {
   const uint n = pc.nb * pc.t * pc.nk;
   const float qh = qkn[idx * D + tid], kh = qkn[(n + idx) * D + tid];
 #ifdef L2_SUBGROUP_SUMS
-  const vec2 part = subgroupAdd(vec2(dq * qh, dk * kh));
-  if (subgroupElect()) {
-    red[2u * gl_SubgroupID] = part.x;
-    red[2u * gl_SubgroupID + 1u] = part.y;
-  }
-  barrier();
-  vec2 dots = vec2(0.0);  // <dq^, q^>, <dk^, k^>
-  for (uint i = 0u; i < gl_NumSubgroups; ++i) dots += vec2(red[2u * i], red[2u * i + 1u]);
+  const vec2 dots = workgroup_sum(vec2(dq * qh, dk * kh));  // <dq^, q^>, <dk^, k^>
 #else
   red[tid] = dq * qh;
   red[D + tid] = dk * kh;

@@ -30,12 +30,9 @@ layout(set = 0, binding = 7) writeonly buffer Db { float db[]; };       // [B, T
 layout(set = 0, binding = 8) readonly buffer Kv { float kv[]; };        // [B, T, nv*D] kv per step (tape)
 layout(set = 0, binding = 9) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
 
-shared float red[2 * D];
+#include "workgroup_sum.glsl"
 #define L2_SUBGROUP_SUMS
 #include "l2_bwd.glsl"
-#ifndef CHUNKED
-#include "workgroup_sum.glsl"
-#endif
 
 void main() {
   const uint idx = linear_group();  // (b*T + t)*nk + key head
