@@ -9,8 +9,11 @@
 //   W = T diag(beta gamma) K,   U = T diag(beta) V - W S0        (the chunk's u rows, [CH x D])
 //   P[i][j] = exp(lg_i - lg_j) <q_i, k_j>  (j <= i)
 //   O = diag(gamma) Q S0 + P U,   S_end = Gamma S0 + K~^T U,   K~ = diag(Gamma / gamma) K
-// Per-token tensors of the chunked backward are [B, T, nv, X]: row (b*T + t)*nv + h.
+// Per-token tensors of the chunked backward are [B, T, nv, X]: row (b*T + t)*nv + h. Its gradient
+// passes leave one record per row for qk_bwd2: RW words, dq^ 0..127, dk^ 128..255, d(log g) 256,
+// dbeta 257.
 layout(constant_id = 1) const uint CH = 32;  // chunk length, 1 .. 32
+#define RW 258u
 
 shared float lg[CH], bet[CH];
 
@@ -33,8 +36,8 @@ Chunk chunk_of(uint b, uint h, uint c) {
 // Row of token i of the chunk in a [B, T, nv, X] tensor (times X), and in [B, T, nv*D] tensors (times D).
 uint head_row(Chunk k, uint i) { return (k.b * pc.t + k.t0 + i) * pc.nv + k.h; }
 // q^ and k^ of token i of the chunk ([2][B, T, nk, D]), element r.
-float q_at(Chunk k, uint i, uint r) { return qkn[((k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
-float k_at(Chunk k, uint i, uint r) { return qkn[((pc.nb * pc.t + k.b * pc.t + k.t0 + i) * pc.nk + k.ko) * D + r]; }
+float q_at(Chunk k, uint i, uint r) { return qkn[qk_at(QK_Q, k.b * pc.t + k.t0 + i, k.ko) + r]; }
+float k_at(Chunk k, uint i, uint r) { return qkn[qk_at(QK_K, k.b * pc.t + k.t0 + i, k.ko) + r]; }
 
 #ifdef CHUNK_GATES_FROM_SCAN
 // Fills bet[] and lg[] (the inclusive scan of log g) for the chunk from the gates; padding rows get

@@ -43,8 +43,8 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   const uint i = i0 + tid / (D / 4u), r4 = tid % (D / 4u);
   if (i < k.L) {
     const uint bt = k.b * pc.t + k.t0 + i;
-    f.k = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
-    f.q = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
+    f.k = qkn4[qk_at(QK_K, bt, k.ko) / 4u + r4];
+    f.q = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + r4];
     f.w = w4[head_row(k, i) * (D / 4u) + r4];
   }
   const uint iu = i0 + tid / COLS;

@@ -20,8 +20,6 @@ layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, n
 
 #include "chunk.glsl"
 
-#define RW 258u   // record words: dq^ 0..127, dk^ 128..255, d(log g) 256, dbeta 257
-
 // Row tid of the chunk (tid < CH): its lg and beta (padding rows: beta 0), for put_chunk_rows.
 vec2 fetch_chunk_row(Chunk k, uint tid) {
   if (tid >= CH) return vec2(0.0);

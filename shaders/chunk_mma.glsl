@@ -84,8 +84,8 @@ Operators fetch_operators(Chunk k, uint tid) {
 #endif
     if (i < k.L) {
       const uint bt = k.b * pc.t + k.t0 + i;
-      f.k[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + r4];
-      f.q[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + r4];
+      f.k[e] = qkn4[qk_at(QK_K, bt, k.ko) / 4u + r4];
+      f.q[e] = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + r4];
 #ifdef STAGE_W
       f.w[e] = w4[head_row(k, i) * (D / 4u) + r4];
 #endif

@@ -49,17 +49,23 @@
 layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
 
-#include "chunk_grads.glsl"
+// The bindings, in the order of layer.cpp's dispatch of this pass.
+layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
+layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
+layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
+layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
+layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };         // [B, T, nv*D/4] v (y_at)
+layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
+layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };       // [B, T, nv*D/4] dU (chunk_dstate_mma)
+layout(set = 0, binding = 7) readonly buffer Wf4 { vec4 wf4[]; };       // [B, T, nv, D/4] W (chunk_w, the forward's tape)
+layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (the forward's)
+layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; };    // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 11) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW] records (qk_bwd2 reads them)
+layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
 
-// vec4 views of chunk_grads.glsl's bindings, and the forward's W.
-layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
-layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };      // [B, T, nv*D/4] v (y_at)
-layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4]
-layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };    // [B, T, nv*D/4]
-layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
-layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; }; // [B, nv, pair slots, D, D/4] dSe
-layout(set = 0, binding = 15) readonly buffer Wf4 { vec4 wf4[]; };   // [B, T, nv, D/4] W (the forward's)
+#include "chunk.glsl"
 
 #define RC 16u    // value dims per round
 #define DEPTH 2u  // rounds of loads in flight (H200: 1.005 ms against 1.023 at 3, whose registers spill)
@@ -231,8 +237,8 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
     const uint bt = k.b * pc.t + k.t0 + i;
     x[e] = vec4(0.0);
     if (i < k.L) {
-      if (which == OPND_K) x[e] = qkn4[((pc.nb * pc.t + bt) * pc.nk + k.ko) * (D / 4u) + c4];
-      else if (which == OPND_Q) x[e] = qkn4[(bt * pc.nk + k.ko) * (D / 4u) + c4];
+      if (which == OPND_K) x[e] = qkn4[qk_at(QK_K, bt, k.ko) / 4u + c4];
+      else if (which == OPND_Q) x[e] = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + c4];
       else if (which == OPND_U) x[e] = du4[head_row(k, i) * (D / 4u) + c4];
       else x[e] = y4[y_at(bt, k.h) / 4u + c4];
     }
@@ -300,9 +306,9 @@ void main() {
   // q^ and W of b, loaded before the barrier that their scales wait for.
   const uint fi = tid / 32u, fr4 = tid % 32u;
   vec4 fk = vec4(0.0), fq = vec4(0.0), fw = vec4(0.0);
-  if (fi < ka.L) fk = qkn4[((pc.nb * pc.t + ka.b * pc.t + ka.t0 + fi) * pc.nk + ka.ko) * (D / 4u) + fr4];
+  if (fi < ka.L) fk = qkn4[qk_at(QK_K, ka.b * pc.t + ka.t0 + fi, ka.ko) / 4u + fr4];
   if (fi < kb.L) {
-    fq = qkn4[((kb.b * pc.t + kb.t0 + fi) * pc.nk + kb.ko) * (D / 4u) + fr4];
+    fq = qkn4[qk_at(QK_Q, kb.b * pc.t + kb.t0 + fi, kb.ko) / 4u + fr4];
     fw = wf4[head_row(kb, fi) * (D / 4u) + fr4];
   }
   if (tid < 32u) {

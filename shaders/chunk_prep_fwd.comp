@@ -37,18 +37,18 @@ shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
 
-// The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads, made as
-// gate_prep makes them (this pass replaces it): stores g, beta, a + dt_bias for the later passes and
-// returns (beta, log g); the padding rows and the invocations past the batch get (0, 0).
+// The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads, made by
+// make_gate as gate_prep makes them (this pass replaces it): stores g, beta, a + dt_bias for the
+// later passes and returns (beta, log g); the padding rows and the invocations past the batch get (0, 0).
 vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
   const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid >= nh * R || i >= L) return vec2(0.0);
   const uint at = (bt0 + i) * pc.nv + h;
-  const float arg = a_in[at] + dt_bias[h], be = sigmoid(b_in[at]), lgv = log_gate(a_log[h], arg);
-  gates[at] = exp(lgv);
-  gates[n + at] = be;
-  gates[2u * n + at] = arg;
-  return vec2(be, lgv);
+  const Gate x = make_gate(a_in[at], b_in[at], a_log[h], dt_bias[h]);
+  gates[at] = x.g;
+  gates[n + at] = x.beta;
+  gates[2u * n + at] = x.arg;
+  return vec2(x.beta, x.lg);
 }
 
 void main() {
@@ -70,8 +70,8 @@ void main() {
       const uint r4 = 4u * gl_SubgroupID + lane % 4u;
       vec4 k = vec4(0.0), q = vec4(0.0);
       if (i < L) {
-        q = qkn4[((bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
-        k = qkn4[((pc.nb * pc.t + bt0 + i) * pc.nk + ko) * (D / 4u) + r4];
+        q = qkn4[qk_at(QK_Q, bt0 + i, ko) / 4u + r4];
+        k = qkn4[qk_at(QK_K, bt0 + i, ko) / 4u + r4];
       }
       PUT_TILE4(t0k + at, k)
       PUT_TILE4(t0q + at, q)

@@ -37,7 +37,7 @@ void main() {
   {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint j = tile_row(lane, e), at = lane_at + 128u * e;
-      const vec4 k = j < L ? qkn4[((pc.nb * pc.t + bt0 + j) * pc.nk + ko) * (D / 4u) + r4] : vec4(0.0);
+      const vec4 k = j < L ? qkn4[qk_at(QK_K, bt0 + j, ko) / 4u + r4] : vec4(0.0);
       PUT_TILE4(at, k)
     }
     TILE_SYNC()

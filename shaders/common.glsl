@@ -27,6 +27,11 @@ layout(push_constant) uniform Push {
 // y, the conv output the recurrences read, holds only the v channels: [B, T, nv*D] (q and k leave
 // conv_fwd normalized, in qkn). The element index of token row bt's head h, column 0:
 uint y_at(uint bt, uint h) { return (bt * pc.nv + h) * D; }
+// q^ and k^ (conv_fwd's normalized q and k), [2][B, T, nk, D]: the element index of token row bt's
+// key head ko, column 0, in q^ (QK_Q) or k^ (QK_K).
+#define QK_Q 0u
+#define QK_K 1u
+uint qk_at(uint which, uint bt, uint ko) { return ((which * pc.nb * pc.t + bt) * pc.nk + ko) * D; }
 
 // Grids are folded into (x, y) under maxComputeWorkGroupCount by the host (gpu::Recorder::dispatch).
 uint linear_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
@@ -41,3 +46,16 @@ float softplus(float x) { return x > 20.0 ? x : log(1.0 + exp(x)); }
 // log g = -exp(a_log) softplus(a + dt_bias), written once: gate_prep's g and the chunked passes' lg
 // must agree bit for bit.
 float log_gate(float a_log_h, float arg) { return -exp(a_log_h) * softplus(arg); }
+// The gates of one (b, t, v-head) from the raw a and b and head h's a_log and dt_bias (gate_prep,
+// chunk_prep_fwd): what [3][B, T, nv] gates holds (g, beta, a + dt_bias), and log g.
+struct Gate {
+  float g, beta, arg, lg;
+};
+Gate make_gate(float a, float b, float a_log_h, float dt_bias_h) {
+  Gate x;
+  x.arg = a + dt_bias_h;
+  x.lg = log_gate(a_log_h, x.arg);
+  x.g = exp(x.lg);
+  x.beta = sigmoid(b);
+  return x;
+}

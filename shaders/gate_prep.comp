@@ -15,8 +15,8 @@ void main() {
   const uint n = pc.nb * pc.t * pc.nv;
   if (i >= n) return;
   const uint h = i % pc.nv;
-  const float arg = a[i] + dt_bias[h];
-  gates[i] = exp(log_gate(a_log[h], arg));
-  gates[n + i] = sigmoid(b[i]);
-  gates[2u * n + i] = arg;
+  const Gate x = make_gate(a[i], b[i], a_log[h], dt_bias[h]);
+  gates[i] = x.g;
+  gates[n + i] = x.beta;
+  gates[2u * n + i] = x.arg;
 }

@@ -56,7 +56,7 @@ void main() {
     for (uint j = 0u; j < nst; ++j) {
       const uint bt = b * pc.t + t0 + j;
       if (tid < D) {
-        sk[tid] = qkn[((n_bt + bt) * pc.nk + ko) * D + tid];
+        sk[tid] = qkn[qk_at(QK_K, bt, ko) + tid];
         svc[tid] = y[y_at(bt, h) + tid];
       }
       barrier();
@@ -104,8 +104,8 @@ void main() {
       const float inv = inv_rms[bt * pc.nv + h];
       float o = 0.0, wsz = 0.0, d = 0.0;
       if (tid < D) {
-        sq[tid] = qkn[(bt * pc.nk + ko) * D + tid];
-        sk[tid] = qkn[((n_bt + bt) * pc.nk + ko) * D + tid];
+        sq[tid] = qkn[qk_at(QK_Q, bt, ko) + tid];
+        sk[tid] = qkn[qk_at(QK_K, bt, ko) + tid];
         svc[tid] = y[y_at(bt, h) + tid] - kvs[kvs0 + j * D + tid];  // v - kv
         // gated RMSNorm backward: out = o * inv * w * silu(z)
         o = o_pre[vi];

@@ -113,8 +113,8 @@ void main() {
       const uint j = e / (D / 4u), r4 = e % (D / 4u);
       if (j < nst) {
         const uint bt = b * pc.t + t0 + j;
-        bq[e] = qkn4[(bt * pc.nk + ko) * (D / 4u) + r4];
-        bk[e] = qkn4[((n_bt + bt) * pc.nk + ko) * (D / 4u) + r4];
+        bq[e] = qkn4[qk_at(QK_Q, bt, ko) / 4u + r4];
+        bk[e] = qkn4[qk_at(QK_K, bt, ko) / 4u + r4];
       }
     }
     for (uint e = lid; e < CS * COLS; e += WG_SIZE) {

@@ -34,8 +34,8 @@ void main() {
   for (uint ti = 0u; ti < pc.t; ++ti) {
     const uint bt = b * pc.t + ti;
     if (tid < D) {
-      sq[tid] = qkn[(bt * pc.nk + ko) * D + tid];
-      sk[tid] = qkn[((n_bt + bt) * pc.nk + ko) * D + tid];
+      sq[tid] = qkn[qk_at(QK_Q, bt, ko) + tid];
+      sk[tid] = qkn[qk_at(QK_K, bt, ko) + tid];
       sv[tid] = y[y_at(bt, h) + tid];
     }
     barrier();

@@ -76,8 +76,8 @@ void main() {
       const uint j = e / (D / 4u), r4 = e % (D / 4u);
       if (j < nst) {
         const uint bt = b * pc.t + tb + j;
-        fq[j * STEP4 + padded(r4)] = qkn4[(bt * pc.nk + ko) * (D / 4u) + r4];
-        fk[j * STEP4 + padded(r4)] = qkn4[((n_bt + bt) * pc.nk + ko) * (D / 4u) + r4];
+        fq[j * STEP4 + padded(r4)] = qkn4[qk_at(QK_Q, bt, ko) / 4u + r4];
+        fk[j * STEP4 + padded(r4)] = qkn4[qk_at(QK_K, bt, ko) / 4u + r4];
       }
     }
     for (uint e = lid; e < TS * COLS; e += 64u) {

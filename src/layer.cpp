@@ -413,15 +413,13 @@ struct LayerImpl {
                  heads * kColumnBlocks);
       r.mark("chunk_dstate");
     }
-    // chunk_values and chunk_grads share one binding list (shaders/chunk_grads.glsl). On the matrix
-    // units one pass does both for a pair of chunks per workgroup: it leaves bindings 7 (dW), 13 (pair
-    // dots) and 14 (<dS, S0>) unused (bound to dU here: there are no such buffers), and reads the
-    // forward's W at binding 15.
+    // On the matrix units one pass does chunk_values' and chunk_grads' work for a pair of chunks per
+    // workgroup (its bindings: shaders/chunk_pair_bwd_mma.comp). On CUDA cores the two passes share
+    // one binding list (shaders/chunk_grads.glsl).
     if (matrix) {
-      const gpu::Buffer& none = *bwd.du;
       r.dispatch(*chunked.chunk_pair_bwd_mma,
-                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(none), v(tm),
-                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(none), v(none), v(*f.w)},
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.w), v(tm),
+                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
