@@ -27,8 +27,20 @@ void main() {
     dq += dqk[(bt * pc.nv + h) * D + tid];
     dk += dqk[((n_bt + bt) * pc.nv + h) * D + tid];
   }
-  float dq_raw, dk_raw;
-  l2_backward(tid, idx, dq, dk, dq_raw, dk_raw);
-  dy[bt * pc.c_dim + ko * D + tid] = dq_raw;
-  dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = dk_raw;
+  // the l2-norm backward: <dq^, q^> and <dk^, k^> by a tree in red, then the element
+  const uint n = pc.nb * pc.t * pc.nk;
+  const float qh = qkn[idx * D + tid], kh = qkn[(n + idx) * D + tid];
+  red[tid] = dq * qh;
+  red[D + tid] = dk * kh;
+  barrier();
+  for (uint s = D / 2u; s > 0u; s >>= 1u) {
+    if (tid < s) {
+      red[tid] += red[tid + s];
+      red[D + tid] += red[D + tid + s];
+    }
+    barrier();
+  }
+  const vec2 raw = l2_backward(dq, dk, qh, kh, vec2(red[0], red[D]), vec2(nq[idx], nq[n + idx]));
+  dy[bt * pc.c_dim + ko * D + tid] = raw.x;
+  dy[bt * pc.c_dim + pc.nk * D + ko * D + tid] = raw.y;
 }

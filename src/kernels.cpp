@@ -72,10 +72,10 @@ SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_bac
   SubgroupKernels k;
   k.subgroup_size = sg;
   k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
-  // norm_fwd2, norm_bwd2, qk_bwd2: workgroup_sum.glsl's partials, a vec2 per subgroup
+  // norm_fwd2, norm_bwd2: workgroup_sum.glsl's partials, a vec2 per subgroup
   k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, 2 * kD * 4);
   k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, 2 * kD * 4);
-  if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 10, 2 * kD * 4);
+  if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 10, 0, {sg}, sg);
   return k;
 }
 
@@ -177,7 +177,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
 
 ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t ch, bool matrix_units) {
   ChunkedKernels k;
-  k.qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 10, 2 * kD * 4);
+  k.qk_bwd = make(dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, 10, 0, {sg}, sg);
   if (!matrix_units) {
     k.chunk_prep = make(dev, "chunk_prep", spirv::chunk_prep, 8, chunk_prep_shared(ch), {sg, ch});
     k.chunk_dstate = make(dev, "chunk_dstate", spirv::chunk_dstate, 6, chunk_dstate_shared(ch), {sg, ch});

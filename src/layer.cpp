@@ -461,10 +461,12 @@ struct LayerImpl {
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
         r.mark("rec_bwd2");
       }
+      // qk_bwd2: one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
+      const std::uint64_t rows_per_group = 128 / subgroup_size;
       r.dispatch(qk_bwd,
                  {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv), v(*f.qkn)},
-                 pc, BT * cfg.nk);
+                 pc, (BT * cfg.nk + rows_per_group - 1) / rows_per_group);
       r.mark("qk_bwd2");
     }
     r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels(), kConvBwdTokens));
