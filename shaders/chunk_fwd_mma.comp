@@ -11,8 +11,9 @@
 //   U^T = (V^T - S^T K^^T) (T diag(beta))^T,   O^T = S^T Q~^T + U^T P^T,   S^T <- Gamma S^T + U^T K~
 // The gated RMSNorm of norm_fwd2 is fused in: each chunk's O rows leave as the layer's output
 //   out = O / sqrt(mean(O^2) + eps) * norm * silu(z)
-// (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u
-// and 1/rms only where a tape keeps them for the backward.
+// (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u,
+// X = V - K^ S0 and 1/rms only where a tape keeps them for the backward (chunk_pair_bwd_mma's dT
+// and dbeta are products with X).
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -36,6 +37,7 @@ layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T
 layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
+layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -133,7 +135,15 @@ void main() {
     F32M u = F32M(0.0);
     {
       F16M xh, xl, bh_, bl;
-      split(unsplit(x, x_lo), xh, xl);
+      const F32M xs = unsplit(x, x_lo);
+      if (pc.keep != 0u) {  // X for the backward, through the V tile (free since V^T was loaded)
+        coopMatStoreNV(xs, tiles, t_u, 16u, true);  // X [i][column]
+        TILE_SYNC()
+        [[unroll]] for (uint e = 0u; e < 2u; ++e)
+          if (tile_row(lane, e) < k.L) xp4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_u + t_lane + 128u * e);
+        TILE_SYNC()  // read before U takes the tile
+      }
+      split(xs, xh, xl);
       coopMatLoadNV(bh_, tbh, 0u, PP, true);
       coopMatLoadNV(bl, tbl, 0u, PP, true);
       mma_split_into(u, xh, xl, bh_, bl);

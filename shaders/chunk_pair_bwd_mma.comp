@@ -7,7 +7,8 @@
 //
 // Phase 1, the value-dim products. Per chunk, with S its start state and dS the gradient of its end
 // state, both stored [column c][row r]:
-//   X1 = dO S^T,   dW = -dU S^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   Gamma <dS, S>
+//   X1 = dO S^T,   dW = -dU S^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, x_j>,   Gamma <dS, S>
+// with X = V - diag(gamma) K S0, which the forward made for U = T diag(beta) X and kept on the tape.
 // The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
@@ -18,16 +19,17 @@
 // chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
 //   X1^T = S^T dO^T,  dW^T = -S^T dU^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
 // The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
-// and the eight operands' (dO, dU, U, V of both chunks) 16 columns [i][c], as fp16 pairs, loaded
+// and the eight operands' (dO, dU, U, X of both chunks) 16 columns [i][c], as fp16 pairs, loaded
 // DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -W_b^T stay in registers.
 //
 // Phase 2, each half of the workgroup its chunk's gradients, from X1^T, dW^T and X2^T as phase 1
-// left them in its registers (the forms are chunk_grads.comp's). The chunk's 16 x 16 matrices are
-// made on the CUDA cores: G = K K^T and dW K^T (each subgroup's share over its 16 key dims on the
-// matrix units, added in shared memory), M, dT; then dA = -T^T dT T^T (by the chunk's first subgroup,
-// on the matrix units) and F = dA * decay. They are staged
-// as the right factors [m][i] of the products, fp16 pairs:
-//   T,  T diag(beta),  T diag(gamma),  T diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
+// left them in its registers (the forms are chunk_grads.comp's, but for X). The chunk's 16 x 16
+// matrices come from the pair dots: M = decay o <dO_i, u_j> and dT = (dU X^T) diag(beta) (the
+// gradient of U = T diag(beta) X: chunk_grads.comp's beta_j (<dU_i, v_j> + gamma_j <dW_i, k_j>) with
+// no sum over key dims), with G = K K^T from the tape (chunk_prep_fwd); then dA = -T^T dT T^T (by the
+// chunk's first subgroup, on the matrix units) and F = dA * decay. They are staged as the right
+// factors [m][i] of the products, fp16 pairs:
+//   T,  T diag(beta),  T diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
 //   Yv^T  = dU^T T                      dv^T = dU^T T diag(beta)      (dv leaves in dy's v part)
 //   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
@@ -35,7 +37,8 @@
 // with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2. The row sums of d(log g) and dbeta
 // come from element-wise products of tiles of one layout:
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
-//   dbeta_i = sum_c [v o Yv + k o (dW^T T diag(gamma))^T]_ic + sum_j F_ij G_ij
+//   dbeta_i = sum_c [x o Yv]_ic + sum_j F_ij G_ij
+// (x o Yv is chunk_grads.comp's v o Yv + k o (dW^T T diag(gamma))^T: X = V - diag(gamma) K S0)
 // (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
 // dk^, d(log g) and dbeta are written once (qk_bwd2 reads them).
 //
@@ -54,7 +57,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
-layout(set = 0, binding = 3) readonly buffer Y4 { vec4 y4[]; };         // [B, T, nv*D/4] v (y_at)
+layout(set = 0, binding = 3) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
 layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };       // [B, T, nv*D/4] dU (chunk_dstate_mma)
@@ -64,6 +67,7 @@ layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };       // [B, n
 layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; };    // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 11) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW] records (qk_bwd2 reads them)
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
+layout(set = 0, binding = 13) readonly buffer Gm { float g_in[]; };     // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd's tape)
 
 #include "chunk.glsl"
 
@@ -82,16 +86,15 @@ layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T
 #define OP_HI (2u * ST_LO)
 #define OP_LO (OP_HI + 8u * 16u * OPP)
 #define POOL (OP_LO + 8u * 16u * OPP)  // 3712 uvec2s, 29 KiB
-// Phase 2: per subgroup its share of dW K^T (fp32 [16][16]), until the factors [chunk][factor][m][i]
-// take its place; the chunks' fp32 matrices [chunk][matrix][16][16]; per subgroup its share of row
-// sums [sg][2][16] (fp32).
-#define DWK 0u
+// Phase 2: the factors [chunk][factor][m][i]; the chunks' fp32 matrices [chunk][matrix][16][16]; per
+// subgroup its share of row sums [sg][2][16] (fp32).
+#define NCF 7u  // factors per chunk
 #define CF_HI 0u
-#define CF_LO (2u * 8u * 16u * PP)
+#define CF_LO (2u * NCF * 16u * PP)
 #define MATS (2u * CF_LO)
 #define ROWP (MATS + 2u * 4u * 128u)
 shared uvec2 pool[POOL];
-shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2: first its share of G
+shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2: first the pair dots
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
@@ -113,7 +116,7 @@ void put_split4(uint hi_at, uint lo_at, vec4 x) {
 #define OP_DO 0u
 #define OP_DU 1u
 #define OP_U 2u
-#define OP_V 3u
+#define OP_X 3u
 
 // One invocation's loads of a round: vec4 tid of each state's 16 x 128 rows and of the operands'
 // 8 x 16 x 16.
@@ -136,7 +139,7 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
     if (which == OP_DO) f.op = do4[o];
     else if (which == OP_DU) f.op = du4[o];
     else if (which == OP_U) f.op = u4[o];
-    else f.op = y4[(y_at(bt, k.h) + col) / 4u];
+    else f.op = x4[o];
   }
   return f;
 }
@@ -172,8 +175,8 @@ void stage_rows(uint at0, vec4 x, uint tid) {
 // The chunk's fp32 16 x 16 matrices [row][column] (pool fp32 index via mat_f).
 #define MX_T 0u   // T [m][i]
 #define MX_G 1u   // G = K K^T
-#define MX_M 2u   // M [i][j] (j <= i); before it, <dO_i, u_j>
-#define MX_DT 3u  // dT, then F; before them, <dU_i, v_j>
+#define MX_M 2u   // M [i][j] (j <= i)
+#define MX_DT 3u  // dT, then F
 uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 4u + w) * 256u + a * 16u + b; }
 float mat(uint ab, uint w, uint a, uint b) { return pool_f(mat_f(ab, w, a, b)); }
 vec4 mat_row4(uint ab, uint w, uint a, uint q) {
@@ -185,12 +188,11 @@ vec4 mat_col4(uint ab, uint w, uint b, uint q) {
 // The right factors, [chunk][factor][m][i] as fp16 pairs.
 #define CF_T 0u
 #define CF_TB 1u
-#define CF_TG 2u
-#define CF_TBG 3u
-#define CF_MT 4u
-#define CF_M 5u
-#define CF_E1 6u
-#define CF_E2 7u
+#define CF_TBG 2u
+#define CF_MT 3u
+#define CF_M 4u
+#define CF_E1 5u
+#define CF_E2 6u
 
 // Item n of the staging of chunk ab's right factors: factor n / 64 (CF_*), row m = (n / 4) % 16,
 // columns i = 4 q .. 4 q + 3 with q = n % 4.
@@ -202,7 +204,6 @@ void stage_coefficient(uint ab, uint n) {
     const vec4 ga = exp(vec4(lgp[r0], lgp[r0 + 1u], lgp[r0 + 2u], lgp[r0 + 3u]));
     x = mat_row4(ab, MX_T, m, q);
     if (c == CF_TB) x *= be;
-    else if (c == CF_TG) x *= ga;
     else if (c == CF_TBG) x *= be * ga;
   } else if (c == CF_MT) {
     x = mat_col4(ab, MX_M, m, q);  // [m][i] = M[i][m]
@@ -213,15 +214,15 @@ void stage_coefficient(uint ab, uint n) {
   } else {
     x = betp[16u * ab + m] * mat_row4(ab, MX_DT, m, q);  // beta_m F[m][i]
   }
-  const uint at = ((ab * 8u + c) * 16u + m) * PP + q;
+  const uint at = ((ab * NCF + c) * 16u + m) * PP + q;
   put_split4(CF_HI + at, CF_LO + at, x);
 }
 
 // acc += a C for chunk ab's factor c (a: a split operand [column][m]).
 void mma_coef(inout F32M acc, F16M ah, F16M al, uint ab, uint c) {
   F16M bh, bl;
-  coopMatLoadNV(bh, pool, CF_HI + (ab * 8u + c) * 16u * PP, PP, false);
-  coopMatLoadNV(bl, pool, CF_LO + (ab * 8u + c) * 16u * PP, PP, false);
+  coopMatLoadNV(bh, pool, CF_HI + (ab * NCF + c) * 16u * PP, PP, false);
+  coopMatLoadNV(bl, pool, CF_LO + (ab * NCF + c) * 16u * PP, PP, false);
   mma_split_into(acc, ah, al, bh, bl);
 }
 
@@ -230,7 +231,7 @@ void mma_coef(inout F32M acc, F16M ah, F16M al, uint ab, uint c) {
 #define OPND_K 0u  // k^
 #define OPND_Q 1u  // q^
 #define OPND_U 2u  // dU
-#define OPND_V 3u  // v
+#define OPND_X 3u  // X
 void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
@@ -240,7 +241,7 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
       if (which == OPND_K) x[e] = qkn4[qk_at(QK_K, bt, k.ko) / 4u + c4];
       else if (which == OPND_Q) x[e] = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + c4];
       else if (which == OPND_U) x[e] = du4[head_row(k, i) * (D / 4u) + c4];
-      else x[e] = y4[y_at(bt, k.h) / 4u + c4];
+      else x[e] = x4[head_row(k, i) * (D / 4u) + c4];
     }
   }
 }
@@ -339,7 +340,7 @@ void main() {
 
   // The chunk's X1^T, dW^T (without its sign), X2^T: [r][i]
   F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
-  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a V_a^T; 10, 11: the same of b ([i][j])
+  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a X_a^T; 10, 11: the same of b ([i][j])
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
   const uint ops = 4u * ab;  // the chunk's operand slots
   // The loop is unrolled so that the ring's slots are fixed.
@@ -384,7 +385,7 @@ void main() {
 
     // The pair dots: dO or dU [i][c] times U or V read column-major, [c][j] = [j][c]^T.
     if (sg >= 8u && sg < 12u) {
-      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with V, of a then of b
+      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with X, of a then of b
       LOAD_OP(ah, al, left, false)
       LOAD_OP(bh_, bl, left + 2u, true)
       mma_split_into(pd, ah, al, bh_, bl);
@@ -394,74 +395,51 @@ void main() {
   // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
   const Chunk k = ab == 0u ? ka : kb;
   const uint col0 = 16u * q;
-  // Its operand tiles, loaded as phase 1 ends.
-  vec4 xk[2], xq[2], xu[2], xv[2];
+  // Its operand tiles, and the chunk's T and G (invocation (pi, pj) of the chunk's half), loaded as
+  // phase 1 ends.
+  vec4 xk[2], xq[2], xu[2], xx[2];
   fetch_operand(k, lane, col0, OPND_K, xk);
   fetch_operand(k, lane, col0, OPND_U, xu);
-  fetch_operand(k, lane, col0, OPND_V, xv);
+  fetch_operand(k, lane, col0, OPND_X, xx);
   fetch_operand(k, lane, col0, OPND_Q, xq);
-  const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;  // invocation (pi, pj) of the chunk's half
+  const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;
   const uint c0 = 16u * ab, t_at = sg * 256u;
+  const bool live = pi < k.L && pj < k.L;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
+  const float g_ij = live ? g_in[((k.b * pc.nk + k.ko) * nch + k.c) * CH * CH + lt] : 0.0;
   sdot_part = subgroupAdd(sdot_part);
   if (subgroupElect()) red[sg] = sdot_part;
-  barrier();  // phase 1's readers of the pool are done
-  if (sg >= 8u && sg < 12u)  // the pair dots, into their chunk's M and dT places
-    coopMatStoreNV(pd, pool, mat_f((sg - 8u) / 2u, sg % 2u == 0u ? MX_M : MX_DT, 0u, 0u) / 2u, 8u, false);
-  // The key-dim pair products, the subgroup's share: K_c K_c^T (into its tile) and dW_c K_c^T (into
-  // its DWK place in the pool).
-  F32M kt;                  // K^T [column][i], for the element-wise products
-  F16M kth, ktl, wth, wtl;  // K^T, dW^T, split: left operands of the products below
-  {
-    F32M x, g = F32M(0.0), dwk = F32M(0.0);
-    F16M ah, al;
-    PUT_LANE_TILE(t_at, lane, xk)
-    TILE_SYNC()
-    coopMatLoadNV(kt, tiles, t_at, 16u, true);
-    split(kt, kth, ktl);
-    coopMatLoadNV(x, tiles, t_at, 16u, false);  // K [i][column]
-    split(x, ah, al);
-    mma_split_into(g, ah, al, kth, ktl);
-    TILE_SYNC()  // every lane's loads of the tile are done
-    x = w * -1.0;  // dW^T
-    split(x, wth, wtl);
-    coopMatStoreNV(x, tiles, t_at, 16u, false);
-    TILE_SYNC()
-    coopMatLoadNV(x, tiles, t_at, 16u, true);  // dW [i][column]
-    split(x, ah, al);
-    mma_split_into(dwk, ah, al, kth, ktl);
-    TILE_SYNC()
-    coopMatStoreNV(g, tiles, t_at, 16u, false);
-    coopMatStoreNV(dwk, pool, DWK + sg * 128u, 8u, false);
-  }
-  barrier();
+  // K^T in fp32 (for the element-wise products) and split, and dW^T split: the left operands of the
+  // products below. Then the pair dots, [i][j], into the tiles of subgroups 8 .. 11.
+  F32M kt;
+  F16M kth, ktl, wth, wtl;
+  PUT_LANE_TILE(t_at, lane, xk)
+  TILE_SYNC()
+  coopMatLoadNV(kt, tiles, t_at, 16u, true);
+  split(kt, kth, ktl);
+  split(w * -1.0, wth, wtl);
+  TILE_SYNC()  // every lane's loads of the tile are done
+  if (sg >= 8u && sg < 12u) coopMatStoreNV(pd, tiles, t_at, 16u, false);
+  barrier();  // phase 1's readers of the pool are done, and the pair dots are in
 
-  // ---- the chunk's 16 x 16 matrices: T, G, M, dT ----
+  // ---- the chunk's 16 x 16 matrices: T, G, M = decay o <dO_i, u_j> (j <= i), dT = beta_j <dU_i, x_j> ----
   {
-    float g = 0.0, dwk = 0.0;
-    [[unroll]] for (uint s = 0u; s < 8u; ++s) {
-      const uint at = (8u * ab + s) * 256u + lt;
-      g += tiles[at];
-      dwk += pool_f(2u * DWK + at);
-    }
-    const uint m_at = mat_f(ab, MX_M, pi, pj), dt_at = mat_f(ab, MX_DT, pi, pj);
-    const float dou = pool_f(m_at), duv = pool_f(dt_at);
+    const float dou = tiles[(8u + 2u * ab) * 256u + lt], dux = tiles[(9u + 2u * ab) * 256u + lt];
     float m = 0.0, dt = 0.0;
-    const bool live = pi < k.L && pj < k.L;
     if (live) {
-      dt = betp[c0 + pj] * (duv + exp(lgp[c0 + pj]) * dwk);
+      dt = betp[c0 + pj] * dux;
       if (pj <= pi) m = exp(lgp[c0 + pi] - lgp[c0 + pj]) * dou;
     }
     set_pool_f(mat_f(ab, MX_T, pi, pj), t_ij);
-    set_pool_f(mat_f(ab, MX_G, pi, pj), live ? g : 0.0);
-    set_pool_f(m_at, m);
-    set_pool_f(dt_at, dt);
+    set_pool_f(mat_f(ab, MX_G, pi, pj), g_ij);
+    set_pool_f(mat_f(ab, MX_M, pi, pj), m);
+    set_pool_f(mat_f(ab, MX_DT, pi, pj), dt);
   }
   barrier();
-  // ---- T's and M's factors (over DWK's place); the chunk's first subgroup makes dA = -T^T (dT T^T)
-  // on the matrix units and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
-  stage_coefficient(ab, lt);                        // T, T diag(beta), T diag(gamma), T diag(beta gamma)
-  if (lt < 128u) stage_coefficient(ab, 256u + lt);  // M^T, M
+  // ---- T's and M's factors; the chunk's first subgroup makes dA = -T^T (dT T^T) on the matrix units
+  // and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
+  stage_coefficient(ab, lt);                       // T, T diag(beta), T diag(beta gamma), M^T
+  if (lt < 64u) stage_coefficient(ab, 256u + lt);  // M
   if (q == 0u) {
     F32M x, z = F32M(0.0), da = F32M(0.0);
     F16M ah, al, bh, bl;
@@ -483,7 +461,7 @@ void main() {
     }
   }
   barrier();
-  if (lt < 128u) stage_coefficient(ab, 384u + lt);  // E1, E2
+  if (lt < 128u) stage_coefficient(ab, 320u + lt);  // E1, E2
   if (lt < 16u) {
     float x = 0.0;
     for (uint j = 0u; j < lt; ++j) x = fma(mat(ab, MX_DT, lt, j), mat(ab, MX_G, lt, j), x);
@@ -495,29 +473,24 @@ void main() {
   const uint rows = k.L;
   F32M bsum, asum;  // the element-wise terms of dbeta and dlg
   {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
-    F32M x, vt;
+    F32M x, xt;
     F16M uh, ul;
     PUT_LANE_TILE(t_at, lane, xu)
     TILE_SYNC()
     coopMatLoadNV(x, tiles, t_at, 16u, true);
     split(x, uh, ul);
     TILE_SYNC()
-    PUT_LANE_TILE(t_at, lane, xv)
+    PUT_LANE_TILE(t_at, lane, xx)
     TILE_SYNC()
-    coopMatLoadNV(vt, tiles, t_at, 16u, true);
+    coopMatLoadNV(xt, tiles, t_at, 16u, true);  // X^T
     TILE_SYNC()
     F32M y = F32M(0.0);
     mma_coef(y, uh, ul, ab, CF_T);
-    bsum = times(vt, y);
+    bsum = times(xt, y);
+    row_share(bsum, t_at, lane, sg, 1u);
     y = F32M(0.0);
     mma_coef(y, uh, ul, ab, CF_TB);
     STORE_TILE_T(y, t_at, lane, rows, dy, (k.b * pc.t + k.t0 + i_) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0, 1.0)
-  }
-  {  // (dW^T T diag(gamma)) for dbeta
-    F32M y = F32M(0.0);
-    mma_coef(y, wth, wtl, ab, CF_TG);
-    bsum = bsum + times(kt, y);
-    row_share(bsum, t_at, lane, sg, 1u);
   }
   float extra = 0.0;  // this invocation's share of dlg at CH-1: Gamma <dS, S0> (the chunk's first invocation) ...
   if (lt == 0u) {

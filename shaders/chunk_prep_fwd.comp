@@ -6,8 +6,9 @@
 //   G = K K^T,   H = Q K^T
 //   A_h[i][j] = beta_i exp(lg_i - lg_j) G[i][j]  (j < i),   T_h = (I + A_h)^-1
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
-// with lg and beta of head h. Stores T, P and lg, and the gates g, beta and a + dt_bias (gate_prep's
-// work, fused in: the matrix units' forward runs no gate_prep). W = T diag(beta gamma) K is made by
+// with lg and beta of head h. Stores T, P and lg, the gates g, beta and a + dt_bias (gate_prep's
+// work, fused in: the matrix units' forward runs no gate_prep), and G where a tape is kept (the
+// backward's dbeta reads it). W = T diag(beta gamma) K is made by
 // chunk_w where a tape is kept (the forward takes its products as ones with diag(gamma) K and
 // T diag(beta)).
 // G and H are 16 x 16 x 128 products on the matrix units (mma.glsl): subgroup s makes their shares
@@ -28,6 +29,7 @@ layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T
 layout(set = 0, binding = 6) readonly buffer A { float a_in[]; };       // [B, T, nv] the layer's input a
 layout(set = 0, binding = 7) readonly buffer Bw { float b_in[]; };      // [B, T, nv] the layer's input b
 layout(set = 0, binding = 8) readonly buffer DtBias { float dt_bias[]; };  // [nv]
+layout(set = 0, binding = 9) writeonly buffer Gm { float g_out[]; };    // [B, nk, nch, CH, CH] G (tape)
 
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
@@ -99,6 +101,7 @@ void main() {
     }
     gram[tid] = gs;
     hqk[tid] = hs;
+    if (pc.keep != 0u) g_out[wg * R * R + tid] = gs;  // wg = (b*nk + ko)*nch + c
   }
 
   for (uint h0 = 0u; h0 < group; h0 += HB) {

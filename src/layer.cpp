@@ -74,10 +74,13 @@ struct ForwardState {
   // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd; W: chunk_w), which
   // its backward reuses: [B, T, nv, X] with X = D (W, with a tape only), CH (T, P), 1 (lg).
   std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
+  // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
+  // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
+  std::unique_ptr<gpu::Buffer> x, gm;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
-  std::array<const std::unique_ptr<gpu::Buffer>*, 12> slots() const {
-    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc};
+  std::array<const std::unique_ptr<gpu::Buffer>*, 14> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc, &x, &gm};
   }
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -260,7 +263,10 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       const std::size_t ch = interval(T);
       f.kv = buffer("u per step", keep ? BT * nv * kD : 1);
-      if (keep) f.w = buffer("W per chunk", BT * nv * kD);  // for the backward only (chunk_w)
+      // for the backward only: W (chunk_w), X and G
+      if (keep) f.w = buffer("W per chunk", BT * nv * kD);
+      f.x = buffer("X per chunk", keep ? BT * nv * kD : 1);
+      f.gm = buffer("G per chunk", keep ? std::size_t(B) * nk * nseg(T) * ch * ch : 1);
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", BT * nv);
@@ -358,7 +364,7 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       // The gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
       r.dispatch(*chunked.chunk_prep_fwd,
-                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias)}, pc,
+                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias), v(*f.gm)}, pc,
                  std::uint64_t(B) * cfg.nk * pc.nseg);
       r.mark("chunk_prep_fwd");  // gate_prep fused in
       if (f.keep) {  // W, which only the backward reads
@@ -368,7 +374,7 @@ struct LayerImpl {
       }
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
-                  v(*f.gates), v(*f.y)},
+                  v(*f.gates), v(*f.y), v(*f.x)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
       return;
@@ -418,8 +424,8 @@ struct LayerImpl {
     // one binding list (shaders/chunk_grads.glsl).
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
-                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.y), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.w), v(tm),
-                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy)},
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.x), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.w), v(tm),
+                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*f.gm)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
