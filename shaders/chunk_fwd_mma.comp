@@ -38,6 +38,7 @@ layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B,
 layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
 layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
+layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the same, as floats
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -136,12 +137,16 @@ void main() {
     {
       F16M xh, xl, bh_, bl;
       const F32M xs = unsplit(x, x_lo);
-      if (pc.keep != 0u) {  // X for the backward, through the V tile (free since V^T was loaded)
-        coopMatStoreNV(xs, tiles, t_u, 16u, true);  // X [i][column]
-        TILE_SYNC()
-        [[unroll]] for (uint e = 0u; e < 2u; ++e)
-          if (tile_row(lane, e) < k.L) xp4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_u + t_lane + 128u * e);
-        TILE_SYNC()  // read before U takes the tile
+      if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
+        if (k.L == CH) {
+          coopMatStoreNV(xs, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
+        } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
+          coopMatStoreNV(xs, tiles, t_u, 16u, true);
+          TILE_SYNC()
+          [[unroll]] for (uint e = 0u; e < 2u; ++e)
+            if (tile_row(lane, e) < k.L) xp4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_u + t_lane + 128u * e);
+          TILE_SYNC()  // read before U takes the tile
+        }
       }
       split(xs, xh, xl);
       coopMatLoadNV(bh_, tbh, 0u, PP, true);
