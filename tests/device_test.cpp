@@ -99,11 +99,16 @@ TEST_P(Parity, DeviceApiMatchesReference) {
   check("db", g.db.download(), want.db);
 
   // A forward without a tape computes the same output; a second backward from the same tape the
-  // same gradients (the backward must not consume its tape).
+  // same gradients (the backward must not consume its tape), also after a forward of other inputs
+  // (the backward reads nothing the layer keeps for its forwards: on the matrix units v, say).
   Tensor out2(ctx, {B, T, cfg.value_dim()}, "out2");
   out2.fill(NAN);
   layer.forward(in, out2, nullptr);
   EXPECT_EQ(out2.download(), out.download());
+  const Batch other = random_batch(cfg, c.B, c.T, 303);
+  const DeviceInputs in_other{tensor({B, T, cfg.channels()}, other.qkv, "qkv"), tensor({B, T, cfg.value_dim()}, other.z, "z"),
+                              tensor({B, T, cfg.nv}, other.a, "a"), tensor({B, T, cfg.nv}, other.b, "b")};
+  layer.forward(in_other, out2, nullptr);
   DeviceGrads g2;
   layer.backward(tape, dout, g2);
   EXPECT_EQ(g2.dqkv.download(), g.dqkv.download());
