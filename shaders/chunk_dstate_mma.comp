@@ -124,8 +124,7 @@ void main() {
     du = unsplit(du, du_lo);
     coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
     TILE_SYNC()
-    [[unroll]] for (uint e = 0u; e < 2u; ++e)
-      if (tile_row(lane, e) < k.L) du4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_du + t_lane + 128u * e);
+    STORE_TILE_ROWS(du4, k, lane, col0, t_du, t_lane)
 
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);

@@ -143,8 +143,7 @@ void main() {
         } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
           coopMatStoreNV(xs, tiles, t_u, 16u, true);
           TILE_SYNC()
-          [[unroll]] for (uint e = 0u; e < 2u; ++e)
-            if (tile_row(lane, e) < k.L) xp4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT(t_u + t_lane + 128u * e);
+          STORE_TILE_ROWS(xp4, k, lane, col0, t_u, t_lane)
           TILE_SYNC()  // read before U takes the tile
         }
       }

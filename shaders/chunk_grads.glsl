@@ -1,6 +1,7 @@
-// The chunked backward's last two passes (chunk_values, chunk_grads, on CUDA cores or the matrix
-// units): their bindings (one list for all four), the record layout and the chunk's rows.
-// Needs common.glsl. (The CUDA-core builds' staging: chunk_grads_staging.glsl.)
+// The CUDA-core chunked backward's last two passes (chunk_values, chunk_grads): their bindings (one
+// list for both) and the chunk's rows (the record layout, RW: chunk.glsl). Needs common.glsl.
+// (Their staging: chunk_grads_staging.glsl. On the matrix units chunk_pair_bwd_mma does their work,
+// with bindings of its own.)
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, or the forward's)

@@ -43,6 +43,13 @@ uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i,
     [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_)                                                    \
       x[e_] = tile_row(lane, e_) < (k).L ? buf4[tile_at(k, tile_row(lane, e_), col0, lane)] : vec4(0.0); \
   }
+// Its inverse for a subgroup tile [i][16 columns] at t_at of the shader's shared float array `tiles`:
+// stores the lane's elements (t_lane = tile_lane(lane)) to the chunk's rows of buf4.
+#define STORE_TILE_ROWS(buf4, k, lane, col0, t_at, t_lane)                                                 \
+  {                                                                                                         \
+    [[unroll]] for (uint e = 0u; e < 2u; ++e)                                                               \
+      if (tile_row(lane, e) < (k).L) buf4[tile_at(k, tile_row(lane, e), col0, lane)] = TILE4_AT((t_at) + (t_lane) + 128u * e); \
+  }
 
 // The gated RMSNorm's row sums over D columns (chunk_fwd_mma, chunk_dstate_mma): each subgroup's
 // share of row i (its 16 columns) waits in row_part[subgroup][i] for a barrier, then row_total(i)

@@ -383,7 +383,7 @@ void main() {
     LOAD_OP(bh_, bl, ops + OP_U, true)
     mma_split_into(x2, dh, dl, bh_, bl);
 
-    // The pair dots: dO or dU [i][c] times U or V read column-major, [c][j] = [j][c]^T.
+    // The pair dots: dO or dU [i][c] times U or X read column-major, [c][j] = [j][c]^T.
     if (sg >= 8u && sg < 12u) {
       const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with X, of a then of b
       LOAD_OP(ah, al, left, false)
@@ -471,7 +471,7 @@ void main() {
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
   const uint rows = k.L;
-  F32M bsum, asum;  // the element-wise terms of dbeta and dlg
+  F32M bsum, asum;  // the element-wise terms of dbeta (x o Yv) and dlg
   {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
     F32M x, xt;
     F16M uh, ul;
