@@ -63,15 +63,15 @@ void main() {
     const float dbeta = dqk[at + 257u];
     const float dlogg = dqk[at + 256u];
 #else
-    float part = 0.0;  // the lane's share of <du, v - kv>
+    float dbeta_part = 0.0;  // the lane's share of <du, v - kv>
     [[unroll]] for (uint e = 0u; e < PER; ++e) {
       const uint c = lane + SG * e;
       const uint vi = bt * pc.c_dim + 2u * pc.nk * D + h * D + c;  // column c of head h's v in dy
       const float du = dy[vi];
       dy[vi] = beta * du;  // dv
-      part += du * (y[y_at(bt, h) + c] - kv[(bt * pc.nv + h) * D + c]);
+      dbeta_part += du * (y[y_at(bt, h) + c] - kv[(bt * pc.nv + h) * D + c]);
     }
-    const float dbeta = subgroupAdd(part);
+    const float dbeta = subgroupAdd(dbeta_part);
     float dg = 0.0;
     [[unroll]] for (uint w = 0u; w < NWG; ++w) dg += dqk[at + w * PW + 256u];
     const float dlogg = dg * gates[bt * pc.nv + h];
@@ -85,13 +85,13 @@ void main() {
   // the l2-norm backward: <dq^, q^> and <dk^, k^> over the row, then each element
   const uint n = pc.nb * pc.t * pc.nk;
   float qh[PER], kh[PER];
-  vec2 part = vec2(0.0);
+  vec2 dots_part = vec2(0.0);
   [[unroll]] for (uint e = 0u; e < PER; ++e) {
     qh[e] = qkn[qk_at(QK_Q, bt, ko) + lane + SG * e];
     kh[e] = qkn[qk_at(QK_K, bt, ko) + lane + SG * e];
-    part += vec2(dq[e] * qh[e], dk[e] * kh[e]);
+    dots_part += vec2(dq[e] * qh[e], dk[e] * kh[e]);
   }
-  const vec2 dots = subgroupAdd(part);
+  const vec2 dots = subgroupAdd(dots_part);
   const vec2 norms = vec2(nq[idx], nq[n + idx]);
   [[unroll]] for (uint e = 0u; e < PER; ++e) {
     const vec2 raw = l2_backward(dq[e], dk[e], qh[e], kh[e], dots, norms);
