@@ -72,9 +72,8 @@ SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t sg, bool with_bac
   SubgroupKernels k;
   k.subgroup_size = sg;
   k.rec_fwd2 = make(dev, "rec_fwd2", spirv::rec_fwd2, 6, rec_fwd2_shared(), {sg}, sg);
-  // norm_fwd2, norm_bwd2: workgroup_sum.glsl's partials, a vec2 per subgroup
-  k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, 2 * kD * 4);
-  k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, 2 * kD * 4);
+  k.norm_fwd2 = make(dev, "norm_fwd2", spirv::norm_fwd2, 5, kD * 4);
+  k.norm_bwd2 = make(dev, "norm_bwd2", spirv::norm_bwd2, 7, kD * 4);
   if (with_backward) k.qk_bwd2 = make(dev, "qk_bwd2", spirv::qk_bwd2, 10, 0, {sg}, sg);
   return k;
 }
