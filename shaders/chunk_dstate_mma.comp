@@ -1,7 +1,7 @@
 #version 460
 // Chunked backward on the matrix units, the serial pass: the sums of chunk_dstate.comp (which runs
 // where the device has no cooperative matrices) as 16x16x16 products of GL_NV_cooperative_matrix,
-// from the operators the matrix units' forward left on the tape (W, P, lg: no chunk_prep here).
+// from the operators the matrix units' forward left on the tape (W, P, T, lg: no chunk_prep here).
 //   dU = P^T dO + K~ dS                           K~ = diag(Gamma / gamma) K
 //   dS <- Gamma dS + Q~^T dO - W^T dU              Q~ = diag(gamma) Q
 // The layout (chunk_mma.glsl): dS^T [column][row] in registers; the transposed products put every
@@ -11,7 +11,13 @@
 // layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
 // the workgroup adds the 8 sums at the barrier the staging needs anyway),
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
-// and leave for chunk_values and chunk_grads.
+// (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma).
+// Each chunk's dU leaves as Yv = T^T dU (Yv^T = dU^T T, one 16 x 16 product with T staged), the form
+// every later use takes: dv = diag(beta) Yv (the layer's v gradient), dbeta's value-dim term
+// sum_c X o Yv (each subgroup's share of its 16 columns), and in chunk_pair_bwd_mma dT and dW through
+//   T^T dT = (Yv X^T) diag(beta),   W^T dU = K^T diag(beta gamma) Yv,   dW^T T = -S^T Yv^T.
+// It is made off the serial chain: a chunk's at the start of the next step, while the next chunk's
+// operators are on their way (T is still staged then).
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -26,7 +32,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the sa
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
-layout(set = 0, binding = 4) writeonly buffer Du4 { vec4 du4[]; };      // [B, T, nv*D/4] dU
+layout(set = 0, binding = 4) writeonly buffer Yv4 { vec4 yv4[]; };      // [B, T, nv*D/4] Yv = T^T dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, pair slots, D cols, D rows]
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
 layout(set = 0, binding = 7) readonly buffer O4 { vec4 o4[]; };         // [B, T, nv*D/4] o before the norm (tape)
@@ -35,10 +41,44 @@ layout(set = 0, binding = 9) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4]
 layout(set = 0, binding = 10) readonly buffer Inv { float inv_rms[]; }; // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T, nv*D/4] grad of the output
 layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
+layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
+layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
+layout(set = 0, binding = 15) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
+layout(set = 0, binding = 16) writeonly buffer Dy4 { vec4 dy4[]; };      // [B, T, C/4]: writes the v part (dv)
+layout(set = 0, binding = 17) writeonly buffer Dbx { float dbx[]; };     // [B, T, nv, NSG] dbeta's sum_c X o Yv, per subgroup
 
 #include "chunk.glsl"
 #define STAGE_W
 #include "chunk_mma.glsl"
+
+// Yv of chunk k from its dU^T (split: uh, ul) and the staged T, through the subgroup's tile at t_at:
+// stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv.
+void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint lane, uint col0, uint sg) {
+  vec4 xr[2];
+  FETCH_TILE(x4, k, lane, col0, xr)
+  float be[2];
+  [[unroll]] for (uint e = 0u; e < 2u; ++e)
+    be[e] = tile_row(lane, e) < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tile_row(lane, e))] : 0.0;
+  F16M bh, bl;
+  coopMatLoadNV(bh, th, 0u, PP, false);  // T [m][i]
+  coopMatLoadNV(bl, tl, 0u, PP, false);
+  F32M y = F32M(0.0), lo = F32M(0.0);
+  MMA_SPLIT(y, lo, uh, ul, bh, bl)
+  coopMatStoreNV(unsplit(y, lo), tiles, t_at, 16u, true);  // Yv [i][column]
+  TILE_SYNC()
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint i = tile_row(lane, e);
+    const vec4 yv = TILE4_AT(t_at + tile_lane(lane) + 128u * e);
+    float part = dot(xr[e], yv);  // rows past the chunk: x is zero
+    part += subgroupShuffleXor(part, 1u);
+    part += subgroupShuffleXor(part, 2u);
+    if (i < k.L) {
+      yv4[tile_at(k, i, col0, lane)] = yv;
+      dy4[((k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0) / 4u + lane % 4u] = be[e] * yv;
+      if (lane % 4u == 0u) dbx[head_row(k, i) * NSG + sg] = part;
+    }
+  }
+}
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -48,7 +88,7 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = 16u * sg;                        // the subgroup's first state column
-  const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and dU on its way out
+  const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and Yv on its way out
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
@@ -67,9 +107,11 @@ void main() {
     FETCH_TILE(z4, k0, lane, col0, z_next)
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
+  F16M uh, ul;  // dU^T of the chunk, split (for the state update, then for its Yv)
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, t_du, lane, col0, sg);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -122,9 +164,6 @@ void main() {
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
     }
     du = unsplit(du, du_lo);
-    coopMatStoreNV(du, tiles, t_du, 16u, true);  // dU [i][column]
-    TILE_SYNC()
-    STORE_TILE_ROWS(du4, k, lane, col0, t_du, t_lane)
 
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
@@ -133,7 +172,6 @@ void main() {
       FETCH_TILE(dout4, kn, lane, col0, g_next)
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
-    F16M uh, ul;
     split(du, uh, ul);
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
@@ -148,4 +186,5 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
+  yv_out(chunk_of(b, h, 0u), uh, ul, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
 }

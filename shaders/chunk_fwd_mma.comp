@@ -148,8 +148,8 @@ void main() {
         }
       }
       split(xs, xh, xl);
-      coopMatLoadNV(bh_, tbh, 0u, PP, true);
-      coopMatLoadNV(bl, tbl, 0u, PP, true);
+      coopMatLoadNV(bh_, th, 0u, PP, true);
+      coopMatLoadNV(bl, tl, 0u, PP, true);
       mma_split_into(u, xh, xl, bh_, bl);
     }
     F16M uh, ul;

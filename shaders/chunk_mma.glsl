@@ -11,11 +11,11 @@
 //   is not made: the forward takes W S0 as T diag(beta) (K^ S0), which costs a 16 x 16 product on
 //   its serial chain and saves the forward W's stores.
 // - chunk_dstate_mma (defines STAGE_W): -W, which chunk_w stored with the tape (the same product
-//   on the backward's chain measured 0.08 ms of 0.66).
+//   on the backward's chain measured 0.08 ms of 0.66), and T itself (for Yv = T^T dU).
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
 // for chunk_dstate_mma on the H200 at the 27B shape.
-// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc and p4 ([B, T, nv, CH/4]), and with STAGE_W w4
-// ([B, T, nv, D/4]), else t4 ([B, T, nv, CH/4]) and gates.
+// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), and with STAGE_W w4
+// ([B, T, nv, D/4]), else gates.
 #define NSG 8u
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
@@ -27,9 +27,7 @@ shared uvec2 kh[16u * DP], kl[16u * DP];  // K~ hi, lo
 shared uvec2 qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
 shared uvec2 xh[16u * DP], xl[16u * DP];  // -W (STAGE_W) or -K^ = -diag(gamma) K, hi, lo
 shared uvec2 ph[16u * PP], pl[16u * PP];  // P hi, lo
-#ifndef STAGE_W
-shared uvec2 tbh[16u * PP], tbl[16u * PP];  // T diag(beta) [i][j] hi, lo (rows as P's)
-#endif
+shared uvec2 th[16u * PP], tl[16u * PP];  // T diag(beta), or T with STAGE_W, [i][j] hi, lo (rows as P's)
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
@@ -75,9 +73,7 @@ struct Operators {
 #endif
   float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
   vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
-#ifndef STAGE_W
-  vec4 tb;             // T diag(beta), likewise
-#endif
+  vec4 t;              // T diag(beta), or T with STAGE_W, likewise
 };
 
 Operators fetch_operators(Chunk k, uint tid) {
@@ -100,22 +96,21 @@ Operators fetch_operators(Chunk k, uint tid) {
   }
   f.lgam = chunk_lg(k, CH - 1u);
   f.p = vec4(0.0);
-#ifndef STAGE_W
-  f.tb = vec4(0.0);
-#endif
+  f.t = vec4(0.0);
   if (tid < 64u && tid / 4u < k.L) {
     f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
+    f.t = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
 #ifndef STAGE_W
     const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
     vec4 be;
     [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
-    f.tb = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u] * be;
+    f.t *= be;
 #endif
   }
   return f;
 }
 
-// Stages K~, Q~, -W or -K^, P (and T diag(beta)), split into fp16 pairs. Between two workgroup barriers.
+// Stages K~, Q~, -W or -K^, P and T diag(beta) or T, split into fp16 pairs. Between two workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
@@ -129,8 +124,6 @@ void stage_operators(Operators f, uint tid) {
   }
   if (tid < 64u) {
     PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
-#ifndef STAGE_W
-    PUT_SPLIT4(tbh, tbl, (tid / 4u) * PP + tid % 4u, f.tb)
-#endif
+    PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
   }
 }

@@ -7,40 +7,43 @@
 //
 // Phase 1, the value-dim products. Per chunk, with S its start state and dS the gradient of its end
 // state, both stored [column c][row r]:
-//   X1 = dO S^T,   dW = -dU S^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, x_j>,   Gamma <dS, S>
-// with X = V - diag(gamma) K S0, which the forward made for U = T diag(beta) X and kept on the tape.
+//   X1 = dO S^T,   Y = Yv S^T,   X2 = U dS^T,   <dO_i, u_j>,  <Yv_i, x_j>,   Gamma <dS, S>
+// with X = V - diag(gamma) K S0, which the forward made for U = T diag(beta) X and kept on the tape,
+// and Yv = T^T dU, which chunk_dstate_mma made (dW T = -Y: dW = -dU S^T).
 // The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
-//   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - W_b^T dU_b
-// (W_b: chunk_w stored it with the tape), so that the states, most of this pass's traffic, are read
-// once per two chunks. Each subgroup makes its chunk's products transposed, with the states on the
+//   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - K_b^T diag(beta_b gamma_b) Yv_b
+// (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's traffic,
+// are read once per two chunks. Each subgroup makes its chunk's products transposed, with the states on the
 // left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it makes again (Sm^T for
 // chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
-//   X1^T = S^T dO^T,  dW^T = -S^T dU^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
+//   X1^T = S^T dO^T,  Y^T = S^T Yv^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
 // The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
-// and the eight operands' (dO, dU, U, X of both chunks) 16 columns [i][c], as fp16 pairs, loaded
-// DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -W_b^T stay in registers.
+// and the eight operands' (dO, Yv, U, X of both chunks) 16 columns [i][c], as fp16 pairs, loaded
+// DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -(diag(beta gamma) K_b)^T stay in
+// registers.
 //
-// Phase 2, each half of the workgroup its chunk's gradients, from X1^T, dW^T and X2^T as phase 1
-// left them in its registers (the forms are chunk_grads.comp's, but for X). The chunk's 16 x 16
-// matrices come from the pair dots: M = decay o <dO_i, u_j> and dT = (dU X^T) diag(beta) (the
-// gradient of U = T diag(beta) X: chunk_grads.comp's beta_j (<dU_i, v_j> + gamma_j <dW_i, k_j>) with
-// no sum over key dims), with G = K K^T from the tape (chunk_prep_fwd); then dA = -T^T dT T^T (by the
-// chunk's first subgroup, on the matrix units) and F = dA * decay. They are staged as the right
-// factors [m][i] of the products, fp16 pairs:
-//   T,  T diag(beta),  T diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
+// Phase 2, each half of the workgroup its chunk's gradients, from X1^T, Y^T and X2^T as phase 1
+// left them in its registers (the forms are chunk_grads.comp's, but for X and Yv). The chunk's
+// 16 x 16 matrices come from the pair dots: M = decay o <dO_i, u_j> and T^T dT = (Yv X^T) diag(beta)
+// (dT, the gradient of U = T diag(beta) X, is (dU X^T) diag(beta): chunk_grads.comp's
+// beta_j (<dU_i, v_j> + gamma_j <dW_i, k_j>) with no sum over key dims), with G = K K^T from the
+// tape (chunk_prep_fwd); then dA = -(T^T dT) T^T (one product by the chunk's first subgroup, on the
+// matrix units) and F = dA * decay. They are staged as the right factors [m][i] of the products,
+// fp16 pairs:
+//   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
-//   Yv^T  = dU^T T                      dv^T = dU^T T diag(beta)      (dv leaves in dy's v part)
 //   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
-//   dM^T  = X2g^T + Q^T M + K^T E2       dK^T = dM^T + dW^T T diag(beta gamma) + K^T E1
-// with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2. The row sums of d(log g) and dbeta
-// come from element-wise products of tiles of one layout:
+//   dM^T  = X2g^T + Q^T M + K^T E2       dK^T = dM^T - Y^T diag(beta gamma) + K^T E1
+// with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2 (dW^T T diag(beta gamma) = -Y^T
+// diag(beta gamma)). The row sums of d(log g) come from element-wise products of tiles of one layout:
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
 //   dbeta_i = sum_c [x o Yv]_ic + sum_j F_ij G_ij
-// (x o Yv is chunk_grads.comp's v o Yv + k o (dW^T T diag(gamma))^T: X = V - diag(gamma) K S0)
-// (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
-// dk^, d(log g) and dbeta are written once (qk_bwd2 reads them).
+// (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it); dbeta's value-dim
+// term (chunk_grads.comp's v o Yv + k o (dW^T T diag(gamma))^T, as X = V - diag(gamma) K S0) comes
+// from chunk_dstate_mma as 8 shares, and so does dv = diag(beta) Yv. The record's dq^, dk^,
+// d(log g) and dbeta are written once (qk_bwd2 reads them).
 //
 // Shared memory: 48 KiB is the most a workgroup gets on the devices this pass runs on, so phase 2's
 // matrices and factors take the place of phase 1's stages in one array of uvec2 (`pool`), fp32
@@ -60,14 +63,13 @@ layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T
 layout(set = 0, binding = 3) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
-layout(set = 0, binding = 6) readonly buffer Du4 { vec4 du4[]; };       // [B, T, nv*D/4] dU (chunk_dstate_mma)
-layout(set = 0, binding = 7) readonly buffer Wf4 { vec4 wf4[]; };       // [B, T, nv, D/4] W (chunk_w, the forward's tape)
-layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (the forward's)
-layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
-layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; };    // [B, nv, pair slots, D, D/4] dSe
-layout(set = 0, binding = 11) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW] records (qk_bwd2 reads them)
-layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
-layout(set = 0, binding = 13) readonly buffer Gm { float g_in[]; };     // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd's tape)
+layout(set = 0, binding = 6) readonly buffer Yv4 { vec4 yv4[]; };       // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
+layout(set = 0, binding = 7) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (the forward's)
+layout(set = 0, binding = 8) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 9) readonly buffer Dsc4 { vec4 dsc4[]; };     // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 10) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW] records (qk_bwd2 reads them)
+layout(set = 0, binding = 11) readonly buffer Gm { float g_in[]; };     // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd's tape)
+layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T, nv, 8/4] dbeta's sum_c X o Yv, 8 shares (chunk_dstate_mma)
 
 #include "chunk.glsl"
 
@@ -79,16 +81,16 @@ layout(set = 0, binding = 13) readonly buffer Gm { float g_in[]; };     // [B, n
 #define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
 #define PP 4u    // row stride (uvec2s) of phase 2's staged factors: 32 bytes (48 would not fit)
 
-// The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, dU,
-// U, V of a, then of b, [operand][i][c], each as an hi and a lo stage.
+// The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, Yv,
+// U, X of a, then of b, [operand][i][c], each as an hi and a lo stage.
 #define ST_HI 0u
 #define ST_LO (2u * RC * SDP)
 #define OP_HI (2u * ST_LO)
 #define OP_LO (OP_HI + 8u * 16u * OPP)
 #define POOL (OP_LO + 8u * 16u * OPP)  // 3712 uvec2s, 29 KiB
 // Phase 2: the factors [chunk][factor][m][i]; the chunks' fp32 matrices [chunk][matrix][16][16]; per
-// subgroup its share of row sums [sg][2][16] (fp32).
-#define NCF 7u  // factors per chunk
+// subgroup its share of the row sums of dlg [sg][16] (fp32).
+#define NCF 5u  // factors per chunk
 #define CF_HI 0u
 #define CF_LO (2u * NCF * 16u * PP)
 #define MATS (2u * CF_LO)
@@ -114,7 +116,7 @@ void put_split4(uint hi_at, uint lo_at, vec4 x) {
 
 // The operands' slots in the operand stage (chunk a; chunk b's are 4 further).
 #define OP_DO 0u
-#define OP_DU 1u
+#define OP_YV 1u
 #define OP_U 2u
 #define OP_X 3u
 
@@ -137,7 +139,7 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
     const uint bt = k.b * pc.t + k.t0 + i;
     const uint o = ((bt * pc.nv + k.h) * D + col) / 4u;
     if (which == OP_DO) f.op = do4[o];
-    else if (which == OP_DU) f.op = du4[o];
+    else if (which == OP_YV) f.op = yv4[o];
     else if (which == OP_U) f.op = u4[o];
     else f.op = x4[o];
   }
@@ -176,7 +178,7 @@ void stage_rows(uint at0, vec4 x, uint tid) {
 #define MX_T 0u   // T [m][i]
 #define MX_G 1u   // G = K K^T
 #define MX_M 2u   // M [i][j] (j <= i)
-#define MX_DT 3u  // dT, then F
+#define MX_DT 3u  // T^T dT, then F
 uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 4u + w) * 256u + a * 16u + b; }
 float mat(uint ab, uint w, uint a, uint b) { return pool_f(mat_f(ab, w, a, b)); }
 vec4 mat_row4(uint ab, uint w, uint a, uint q) {
@@ -186,13 +188,11 @@ vec4 mat_col4(uint ab, uint w, uint b, uint q) {
   return vec4(mat(ab, w, 4u * q, b), mat(ab, w, 4u * q + 1u, b), mat(ab, w, 4u * q + 2u, b), mat(ab, w, 4u * q + 3u, b));
 }
 // The right factors, [chunk][factor][m][i] as fp16 pairs.
-#define CF_T 0u
-#define CF_TB 1u
-#define CF_TBG 2u
-#define CF_MT 3u
-#define CF_M 4u
-#define CF_E1 5u
-#define CF_E2 6u
+#define CF_BG 0u
+#define CF_MT 1u
+#define CF_M 2u
+#define CF_E1 3u
+#define CF_E2 4u
 
 // Item n of the staging of chunk ab's right factors: factor n / 64 (CF_*), row m = (n / 4) % 16,
 // columns i = 4 q .. 4 q + 3 with q = n % 4.
@@ -200,11 +200,9 @@ void stage_coefficient(uint ab, uint n) {
   const uint c = n / 64u, m = (n / 4u) % 16u, q = n % 4u, r0 = 16u * ab + 4u * q;
   const vec4 be = vec4(betp[r0], betp[r0 + 1u], betp[r0 + 2u], betp[r0 + 3u]);
   vec4 x;
-  if (c <= CF_TBG) {
+  if (c == CF_BG) {  // diag(beta gamma)
     const vec4 ga = exp(vec4(lgp[r0], lgp[r0 + 1u], lgp[r0 + 2u], lgp[r0 + 3u]));
-    x = mat_row4(ab, MX_T, m, q);
-    if (c == CF_TB) x *= be;
-    else if (c == CF_TBG) x *= be * ga;
+    x = vec4(equal(uvec4(4u * q) + uvec4(0u, 1u, 2u, 3u), uvec4(m))) * be * ga;
   } else if (c == CF_MT) {
     x = mat_col4(ab, MX_M, m, q);  // [m][i] = M[i][m]
   } else if (c == CF_M) {
@@ -228,21 +226,10 @@ void mma_coef(inout F32M acc, F16M ah, F16M al, uint ab, uint c) {
 
 // The lane's share (tile_row, tile_lane) of a subgroup's operand tile [i][column] at its 16 columns
 // from col0; rows past the chunk are zero.
-#define OPND_K 0u  // k^
-#define OPND_Q 1u  // q^
-#define OPND_U 2u  // dU
-#define OPND_X 3u  // X
-void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {
+void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {  // which: QK_Q or QK_K
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
-    const uint bt = k.b * pc.t + k.t0 + i;
-    x[e] = vec4(0.0);
-    if (i < k.L) {
-      if (which == OPND_K) x[e] = qkn4[qk_at(QK_K, bt, k.ko) / 4u + c4];
-      else if (which == OPND_Q) x[e] = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + c4];
-      else if (which == OPND_U) x[e] = du4[head_row(k, i) * (D / 4u) + c4];
-      else x[e] = x4[head_row(k, i) * (D / 4u) + c4];
-    }
+    x[e] = i < k.L ? qkn4[qk_at(which, k.b * pc.t + k.t0 + i, k.ko) / 4u + c4] : vec4(0.0);
   }
 }
 // x^T [column][i] (chunk rows i) with column i scaled by gamma_i (by_gamma) or by Gamma / gamma_i,
@@ -261,18 +248,18 @@ F32M scale_columns(F32M x, uint t_at, uint lane, uint c0, bool by_gamma) {
   TILE_SYNC()
   return y;
 }
-// The subgroup's share of row sums of x^T [column][i] over its 16 columns into row share w.
-void row_share(F32M x, uint t_at, uint lane, uint sg, uint w) {
+// The subgroup's share of the row sums of x^T [column][i] over its 16 columns.
+void row_share(F32M x, uint t_at, uint lane, uint sg) {
   coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]
   TILE_SYNC()
   if (lane < 16u) {
     float s = 0.0;
     [[unroll]] for (uint c = 0u; c < 16u; ++c) s += tiles[t_at + c * 16u + lane];
-    set_pool_f(2u * ROWP + (sg * 2u + w) * 16u + lane, s);
+    set_pool_f(2u * ROWP + sg * 16u + lane, s);
   }
   subgroupBarrier();
 }
-float row_share_at(uint sg, uint w, uint i) { return pool_f(2u * ROWP + (sg * 2u + w) * 16u + i); }
+float row_share_at(uint sg, uint i) { return pool_f(2u * ROWP + sg * 16u + i); }
 
 float dot_tiles(F32M x, F32M y) {  // this lane's share of sum x o y
   float s = 0.0;
@@ -304,13 +291,13 @@ void main() {
   [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
 
   // The rows of the constant left factors below (row tid / 32, elements 4 (tid % 32) ..): k^ of a,
-  // q^ and W of b, loaded before the barrier that their scales wait for.
+  // q^ and k^ of b, loaded before the barrier that their scales wait for.
   const uint fi = tid / 32u, fr4 = tid % 32u;
-  vec4 fk = vec4(0.0), fq = vec4(0.0), fw = vec4(0.0);
+  vec4 fk = vec4(0.0), fq = vec4(0.0), fkb = vec4(0.0);
   if (fi < ka.L) fk = qkn4[qk_at(QK_K, ka.b * pc.t + ka.t0 + fi, ka.ko) / 4u + fr4];
   if (fi < kb.L) {
     fq = qkn4[qk_at(QK_Q, kb.b * pc.t + kb.t0 + fi, kb.ko) / 4u + fr4];
-    fw = wf4[head_row(kb, fi) * (D / 4u) + fr4];
+    fkb = qkn4[qk_at(QK_K, kb.b * pc.t + kb.t0 + fi, kb.ko) / 4u + fr4];
   }
   if (tid < 32u) {
     const Chunk kr = tid < 16u ? ka : kb;
@@ -323,24 +310,25 @@ void main() {
 
   // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
   const uint ab = sg / 8u, q = sg % 8u;
-  // Its constant left factors [r][i]: chunk a's Q~_b^T and -W_b^T (for dSm), chunk b's K~_a^T (for
-  // Sm), staged [i][r] and read column-major.
+  // Its constant left factors [r][i]: chunk a's Q~_b^T and -(diag(beta gamma) K_b)^T (for dSm),
+  // chunk b's K~_a^T (for Sm), staged [i][r] and read column-major.
   F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
     stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
     stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
-    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, -fw);  // -W_b, in the operands' stage (16 SDP rows fit in 8 x 16 OPP)
+    const vec4 bgk = -(betp[16u + fi] * exp(lgp[16u + fi])) * fkb;  // -diag(beta gamma) K_b
+    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, bgk);  // in the operands' stage (16 SDP rows fit in 8 x 16 OPP)
     barrier();
     LOAD_STATE_T(c1h, c1l, (ab == 0u ? RC * SDP : 0u) + 4u * q)  // Q~_b or K~_a
-    if (ab == 0u) {  // -W_b^T: column-major loads of the [i][r] stage
+    if (ab == 0u) {  // -(diag(beta gamma) K_b)^T: column-major loads of the [i][r] stage
       coopMatLoadNV(c2h, pool, OP_HI + 4u * q, SDP, true);
       coopMatLoadNV(c2l, pool, OP_LO + 4u * q, SDP, true);
     }
   }
 
-  // The chunk's X1^T, dW^T (without its sign), X2^T: [r][i]
+  // The chunk's X1^T, Y^T, X2^T: [r][i]
   F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
-  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, dU_a X_a^T; 10, 11: the same of b ([i][j])
+  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, Yv_a X_a^T; 10, 11: the same of b ([i][j])
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
   const uint ops = 4u * ab;  // the chunk's operand slots
   // The loop is unrolled so that the ring's slots are fixed.
@@ -358,11 +346,11 @@ void main() {
     LOAD_STATE_T(ah, al, (1u - ab) * RC * SDP + 4u * q)
     const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
     F32M made;
-    if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - W_b^T dU_b
+    if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - K_b^T diag(beta gamma) Yv_b
       made = other * gam_b;
       LOAD_OP(bh_, bl, 4u + OP_DO, false)
       mma_split_into(made, c1h, c1l, bh_, bl);
-      LOAD_OP(bh_, bl, 4u + OP_DU, false)
+      LOAD_OP(bh_, bl, 4u + OP_YV, false)
       mma_split_into(made, c2h, c2l, bh_, bl);
       sdot_part += dot_tiles(made, edge);
     } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
@@ -378,14 +366,14 @@ void main() {
     else { sh = ah; sl = al; dh = eh; dl = el; }
     LOAD_OP(bh_, bl, ops + OP_DO, true)
     mma_split_into(x1, sh, sl, bh_, bl);
-    LOAD_OP(bh_, bl, ops + OP_DU, true)
+    LOAD_OP(bh_, bl, ops + OP_YV, true)
     mma_split_into(w, sh, sl, bh_, bl);
     LOAD_OP(bh_, bl, ops + OP_U, true)
     mma_split_into(x2, dh, dl, bh_, bl);
 
-    // The pair dots: dO or dU [i][c] times U or X read column-major, [c][j] = [j][c]^T.
+    // The pair dots: dO or Yv [i][c] times U or X read column-major, [c][j] = [j][c]^T.
     if (sg >= 8u && sg < 12u) {
-      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, dU with X, of a then of b
+      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, Yv with X, of a then of b
       LOAD_OP(ah, al, left, false)
       LOAD_OP(bh_, bl, left + 2u, true)
       mma_split_into(pd, ah, al, bh_, bl);
@@ -397,11 +385,15 @@ void main() {
   const uint col0 = 16u * q;
   // Its operand tiles, and the chunk's T and G (invocation (pi, pj) of the chunk's half), loaded as
   // phase 1 ends.
-  vec4 xk[2], xq[2], xu[2], xx[2];
-  fetch_operand(k, lane, col0, OPND_K, xk);
-  fetch_operand(k, lane, col0, OPND_U, xu);
-  fetch_operand(k, lane, col0, OPND_X, xx);
-  fetch_operand(k, lane, col0, OPND_Q, xq);
+  vec4 xk[2], xq[2];
+  fetch_operand(k, lane, col0, QK_K, xk);
+  fetch_operand(k, lane, col0, QK_Q, xq);
+  float xyv = 0.0;  // the rows step's (q == 0, lane l < 16): row 15 - l's sum_c X o Yv, from its 8 shares
+  if (q == 0u && lane < 16u && 15u - lane < k.L) {
+    const uint at = head_row(k, 15u - lane) * 2u;
+    const vec4 s = dbx4[at] + dbx4[at + 1u];
+    xyv = (s.x + s.y) + (s.z + s.w);
+  }
   const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;
   const uint c0 = 16u * ab, t_at = sg * 256u;
   const bool live = pi < k.L && pj < k.L;
@@ -409,7 +401,7 @@ void main() {
   const float g_ij = live ? g_in[((k.b * pc.nk + k.ko) * nch + k.c) * CH * CH + lt] : 0.0;
   sdot_part = subgroupAdd(sdot_part);
   if (subgroupElect()) red[sg] = sdot_part;
-  // K^T in fp32 (for the element-wise products) and split, and dW^T split: the left operands of the
+  // K^T in fp32 (for the element-wise products) and split, and -Y^T split: the left operands of the
   // products below. Then the pair dots, [i][j], into the tiles of subgroups 8 .. 11.
   F32M kt;
   F16M kth, ktl, wth, wtl;
@@ -422,12 +414,12 @@ void main() {
   if (sg >= 8u && sg < 12u) coopMatStoreNV(pd, tiles, t_at, 16u, false);
   barrier();  // phase 1's readers of the pool are done, and the pair dots are in
 
-  // ---- the chunk's 16 x 16 matrices: T, G, M = decay o <dO_i, u_j> (j <= i), dT = beta_j <dU_i, x_j> ----
+  // ---- the chunk's 16 x 16 matrices: T, G, M = decay o <dO_i, u_j> (j <= i), T^T dT = beta_j <Yv_i, x_j> ----
   {
-    const float dou = tiles[(8u + 2u * ab) * 256u + lt], dux = tiles[(9u + 2u * ab) * 256u + lt];
+    const float dou = tiles[(8u + 2u * ab) * 256u + lt], yvx = tiles[(9u + 2u * ab) * 256u + lt];
     float m = 0.0, dt = 0.0;
     if (live) {
-      dt = betp[c0 + pj] * dux;
+      dt = betp[c0 + pj] * yvx;
       if (pj <= pi) m = exp(lgp[c0 + pi] - lgp[c0 + pj]) * dou;
     }
     set_pool_f(mat_f(ab, MX_T, pi, pj), t_ij);
@@ -436,21 +428,17 @@ void main() {
     set_pool_f(mat_f(ab, MX_DT, pi, pj), dt);
   }
   barrier();
-  // ---- T's and M's factors; the chunk's first subgroup makes dA = -T^T (dT T^T) on the matrix units
-  // and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into dT's place ----
-  stage_coefficient(ab, lt);                       // T, T diag(beta), T diag(beta gamma), M^T
-  if (lt < 64u) stage_coefficient(ab, 256u + lt);  // M
+  // ---- the factors diag(beta gamma), M^T, M; the chunk's first subgroup makes -dA = (T^T dT) T^T on
+  // the matrix units and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into T^T dT's place ----
+  if (lt < 192u) stage_coefficient(ab, lt);  // diag(beta gamma), M^T, M
   if (q == 0u) {
-    F32M x, z = F32M(0.0), da = F32M(0.0);
+    F32M x, da = F32M(0.0);
     F16M ah, al, bh, bl;
-    coopMatLoadNV(x, pool, mat_f(ab, MX_DT, 0u, 0u) / 2u, 8u, false);  // dT [i][m]
+    coopMatLoadNV(x, pool, mat_f(ab, MX_DT, 0u, 0u) / 2u, 8u, false);  // T^T dT [i][m]
     split(x, ah, al);
     coopMatLoadNV(x, pool, mat_f(ab, MX_T, 0u, 0u) / 2u, 8u, true);   // T^T [m][j]
     split(x, bh, bl);
-    mma_split_into(z, ah, al, bh, bl);  // Z = dT T^T
-    split(x, ah, al);                   // T^T [i][m]
-    split(z, bh, bl);
-    mma_split_into(da, ah, al, bh, bl);  // T^T Z = -dA
+    mma_split_into(da, ah, al, bh, bl);  // -dA
     coopMatStoreNV(da, tiles, t_at, 16u, false);
     TILE_SYNC()
     const uint i = lane / 2u;  // the lane's elements 8 lane .. + 7: row i, columns j = 8 (lane % 2) + e
@@ -461,7 +449,7 @@ void main() {
     }
   }
   barrier();
-  if (lt < 128u) stage_coefficient(ab, 320u + lt);  // E1, E2
+  if (lt < 128u) stage_coefficient(ab, 192u + lt);  // E1, E2
   if (lt < 16u) {
     float x = 0.0;
     for (uint j = 0u; j < lt; ++j) x = fma(mat(ab, MX_DT, lt, j), mat(ab, MX_G, lt, j), x);
@@ -471,34 +459,14 @@ void main() {
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
   const uint rows = k.L;
-  F32M bsum, asum;  // the element-wise terms of dbeta (x o Yv) and dlg
-  {  // Yv^T = dU^T T, dv^T = dU^T T diag(beta)
-    F32M x, xt;
-    F16M uh, ul;
-    PUT_LANE_TILE(t_at, lane, xu)
-    TILE_SYNC()
-    coopMatLoadNV(x, tiles, t_at, 16u, true);
-    split(x, uh, ul);
-    TILE_SYNC()
-    PUT_LANE_TILE(t_at, lane, xx)
-    TILE_SYNC()
-    coopMatLoadNV(xt, tiles, t_at, 16u, true);  // X^T
-    TILE_SYNC()
-    F32M y = F32M(0.0);
-    mma_coef(y, uh, ul, ab, CF_T);
-    bsum = times(xt, y);
-    row_share(bsum, t_at, lane, sg, 1u);
-    y = F32M(0.0);
-    mma_coef(y, uh, ul, ab, CF_TB);
-    STORE_TILE_T(y, t_at, lane, rows, dy, (k.b * pc.t + k.t0 + i_) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0, 1.0)
-  }
+  F32M asum;  // the element-wise terms of dlg
   float extra = 0.0;  // this invocation's share of dlg at CH-1: Gamma <dS, S0> (the chunk's first invocation) ...
   if (lt == 0u) {
     float s = 0.0;
     [[unroll]] for (uint g = 0u; g < 8u; ++g) s += red[8u * ab + g];
     extra = (ab == 0u ? gam_a : gam_b) * s;
   }
-  {  // dM^T = X2g^T + Q^T M + K^T E2,  dK^T = dM^T + dW^T T diag(beta gamma) + K^T E1
+  {  // dM^T = X2g^T + Q^T M + K^T E2,  dK^T = dM^T - Y^T diag(beta gamma) + K^T E1
     F32M qt;
     F16M qh, ql;
     PUT_LANE_TILE(t_at, lane, xq)
@@ -511,7 +479,7 @@ void main() {
     mma_coef(dm, qh, ql, ab, CF_M);
     mma_coef(dm, kth, ktl, ab, CF_E2);
     F32M dk = dm;
-    mma_coef(dk, wth, wtl, ab, CF_TBG);
+    mma_coef(dk, wth, wtl, ab, CF_BG);
     mma_coef(dk, kth, ktl, ab, CF_E1);
     STORE_TILE_T(dk, t_at, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
     asum = times(kt, dk - dm * 2.0);
@@ -520,7 +488,7 @@ void main() {
     mma_coef(dq, kth, ktl, ab, CF_MT);
     STORE_TILE_T(dq, t_at, lane, rows, rec, head_row(k, i_) * RW + col0, 1.0)
     asum = asum + times(qt, dq);
-    row_share(asum, t_at, lane, sg, 0u);
+    row_share(asum, t_at, lane, sg);
   }
   extra = subgroupAdd(extra);
   if (subgroupElect()) extra_p[sg] = extra;
@@ -533,11 +501,10 @@ void main() {
     float a = 0.0, db = 0.0;
     if (lane < 16u) {
       if (i < k.L)
-        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, 0u, i);
+        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, i);
       if (i == CH - 1u)
         [[unroll]] for (uint s = 0u; s < 8u; ++s) a += extra_p[8u * ab + s];
-      db = dbeta_a[c0 + i];
-      [[unroll]] for (uint s = 0u; s < 8u; ++s) db += row_share_at(8u * ab + s, 1u, i);
+      db = dbeta_a[c0 + i] + xyv;
     }
     const float dlogg = subgroupInclusiveAdd(a);
     if (lane < 16u && i < k.L) {

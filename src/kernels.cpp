@@ -128,7 +128,7 @@ constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
 // The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike (chunk_mma.glsl):
-// K~, Q~, -diag(gamma) K or -W as fp16 pairs [16 rows][136], P and T diag(beta) as fp16 pairs [16][24],
+// K~, Q~, -diag(gamma) K or -W as fp16 pairs [16 rows][136], P and T diag(beta) or T as fp16 pairs [16][24],
 // two fp32 16 x 16 tiles per subgroup (8); lg, bet; the row sums of the norm's forward or backward
 // ([8][16]).
 constexpr std::uint32_t matrix_pass_shared() {
@@ -184,8 +184,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 13, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 14,
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 18, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 13,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_w = make(dev, "chunk_w", spirv::chunk_w, 5, chunk_w_shared(), {}, 32);

@@ -108,7 +108,8 @@ struct BackwardState {
   // The chunked backward's (shaders/chunk.glsl); dqk holds its records [B, T, nv][258].
   std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
-  std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows
+  std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
+  std::unique_ptr<gpu::Buffer> dbx;  // matrix units: [B, T, nv, 8] dbeta's sum_c X o Yv, by 16 value dims
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -116,7 +117,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -293,12 +294,14 @@ struct LayerImpl {
       const std::size_t slots = state_slots(T);
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
-      bwd.du = buffer("dU per chunk", BT * nv * kD);
+      bwd.du = buffer(chunked.chunk_dstate_mma ? "Yv = T^T dU per chunk" : "dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
       // The CUDA-core passes hand W, dW, the pair dots and <dS, S0> from pass to pass through memory,
       // and make T and lg; the matrix units' pair pass keeps the first in registers, and the backward
       // reads T and lg from the tape.
-      if (!chunked.chunk_dstate_mma) {
+      if (chunked.chunk_dstate_mma) {
+        bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
+      } else {
         const std::size_t chunks = std::size_t(B) * nv * nseg(T);
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
@@ -408,7 +411,7 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
                  {v(*f.qkn), v(lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
-                  v(*f.inv), v(dout), v(g.dz)},
+                  v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.gates), v(*bwd.dy), v(*bwd.dbx)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
     } else {
@@ -424,8 +427,8 @@ struct LayerImpl {
     // one binding list (shaders/chunk_grads.glsl).
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
-                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.x), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.w), v(tm),
-                  v(*f.ck), v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*f.gm)},
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.x), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(tm), v(*f.ck),
+                  v(*bwd.dsc), v(*bwd.dqk), v(*f.gm), v(*bwd.dbx)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
