@@ -17,7 +17,10 @@
 // sum_c X o Yv (each subgroup's share of its 16 columns), and in chunk_pair_bwd_mma dT and dW through
 //   T^T dT = (Yv X^T) diag(beta),   W^T dU = K^T diag(beta gamma) Yv,   dW^T T = -S^T Yv^T.
 // It is made off the serial chain: a chunk's at the start of the next step, while the next chunk's
-// operators are on their way (T is still staged then).
+// operators are on their way (T is still staged then). So are the chunk's pair dots for
+// chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
+// share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
+// step's two barriers.
 // Precision: fp32 operands as fp16 pairs, mma.glsl.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -46,16 +49,21 @@ layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, 
 layout(set = 0, binding = 15) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 16) writeonly buffer Dy4 { vec4 dy4[]; };      // [B, T, C/4]: writes the v part (dv)
 layout(set = 0, binding = 17) writeonly buffer Dbx { float dbx[]; };     // [B, T, nv, NSG] dbeta's sum_c X o Yv, per subgroup
+layout(set = 0, binding = 18) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 19) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 
 #include "chunk.glsl"
 #define STAGE_W
 #include "chunk_mma.glsl"
 
 // Yv of chunk k from its dU^T (split: uh, ul) and the staged T, through the subgroup's tile at t_at:
-// stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv.
-void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint lane, uint col0, uint sg) {
-  vec4 xr[2];
+// stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv. Then
+// its shares of the pair dots, transposed ([j][i]): U dO^T into the dO tile t_do (which still holds
+// the chunk's dO), X Yv^T into t_at.
+void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint t_do, uint lane, uint col0, uint sg) {
+  vec4 xr[2], ur[2];
   FETCH_TILE(x4, k, lane, col0, xr)
+  FETCH_TILE(u4, k, lane, col0, ur)
   float be[2];
   [[unroll]] for (uint e = 0u; e < 2u; ++e)
     be[e] = tile_row(lane, e) < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tile_row(lane, e))] : 0.0;
@@ -64,7 +72,8 @@ void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint lane, uint col0, uint sg)
   coopMatLoadNV(bl, tl, 0u, PP, false);
   F32M y = F32M(0.0), lo = F32M(0.0);
   MMA_SPLIT(y, lo, uh, ul, bh, bl)
-  coopMatStoreNV(unsplit(y, lo), tiles, t_at, 16u, true);  // Yv [i][column]
+  y = unsplit(y, lo);
+  coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
   TILE_SYNC()
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e);
@@ -78,6 +87,41 @@ void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint lane, uint col0, uint sg)
       if (lane % 4u == 0u) dbx[head_row(k, i) * NSG + sg] = part;
     }
   }
+  F16M yh, yl, dh, dl, xh_, xl_, uh_, ul_;
+  split(y, yh, yl);  // Yv^T [c][i]
+  {
+    F32M m;
+    coopMatLoadNV(m, tiles, t_do, 16u, true);  // dO^T [c][i]
+    split(m, dh, dl);
+    TILE_SYNC()  // the lanes' reads of both tiles are done
+    PUT_LANE_TILE(t_at, lane, xr)
+    PUT_LANE_TILE(t_do, lane, ur)
+    TILE_SYNC()
+    coopMatLoadNV(m, tiles, t_at, 16u, false);  // X [j][c]
+    split(m, xh_, xl_);
+    coopMatLoadNV(m, tiles, t_do, 16u, false);  // U [j][c]
+    split(m, uh_, ul_);
+    TILE_SYNC()
+  }
+  F32M p = F32M(0.0);
+  mma_split_into(p, uh_, ul_, dh, dl);
+  coopMatStoreNV(p, tiles, t_do, 16u, false);
+  p = F32M(0.0);
+  mma_split_into(p, xh_, xl_, yh, yl);
+  coopMatStoreNV(p, tiles, t_at, 16u, false);
+}
+
+// The pair dots of chunk k: the sums of the 8 subgroups' shares that yv_out left in their tiles
+// (between two barriers), invocation tid at element [j][i] = [tid / 16][tid % 16].
+void sum_pair_dots(Chunk k, uint bh, uint nch, uint tid) {
+  float s_ou = 0.0, s_yx = 0.0;
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) {
+    s_ou += tiles[g * 512u + tid];
+    s_yx += tiles[g * 512u + 256u + tid];
+  }
+  const uint at = (bh * nch + k.c) * 512u + (tid % 16u) * 16u + tid / 16u;  // [i][j]
+  pdots[at] = s_ou;
+  pdots[at + 256u] = s_yx;
 }
 
 void main() {
@@ -111,7 +155,7 @@ void main() {
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, t_du, lane, col0, sg);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, t_du, t_do, lane, col0, sg);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -121,6 +165,7 @@ void main() {
       part[e] = dot(wd[e], o[e]);
     }
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
+    if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
@@ -186,5 +231,7 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), uh, ul, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), uh, ul, t_du, t_do, lane, col0, sg);  // the last chunk's (chunk 0)
+  barrier();
+  sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }

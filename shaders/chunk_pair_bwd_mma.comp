@@ -7,9 +7,9 @@
 //
 // Phase 1, the value-dim products. Per chunk, with S its start state and dS the gradient of its end
 // state, both stored [column c][row r]:
-//   X1 = dO S^T,   Y = Yv S^T,   X2 = U dS^T,   <dO_i, u_j>,  <Yv_i, x_j>,   Gamma <dS, S>
-// with X = V - diag(gamma) K S0, which the forward made for U = T diag(beta) X and kept on the tape,
-// and Yv = T^T dU, which chunk_dstate_mma made (dW T = -Y: dW = -dU S^T).
+//   X1 = dO S^T,   Y = Yv S^T,   X2 = U dS^T,   Gamma <dS, S>
+// with Yv = T^T dU, which chunk_dstate_mma made (dW T = -Y: dW = -dU S^T). It also made the pair
+// dots <dO_i, u_j> and <Yv_i, x_j>, with X = V - diag(gamma) K S0 (U = T diag(beta) X).
 // The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
@@ -20,7 +20,7 @@
 // chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
 //   X1^T = S^T dO^T,  Y^T = S^T Yv^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
 // The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
-// and the eight operands' (dO, Yv, U, X of both chunks) 16 columns [i][c], as fp16 pairs, loaded
+// and the six operands' (dO, Yv, U of both chunks) 16 columns [i][c], as fp16 pairs, loaded
 // DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -(diag(beta gamma) K_b)^T stay in
 // registers.
 //
@@ -60,7 +60,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
-layout(set = 0, binding = 3) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
+layout(set = 0, binding = 3) readonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j> (chunk_dstate_mma)
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
 layout(set = 0, binding = 6) readonly buffer Yv4 { vec4 yv4[]; };       // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
@@ -82,12 +82,13 @@ layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T
 #define PP 4u    // row stride (uvec2s) of phase 2's staged factors: 32 bytes (48 would not fit)
 
 // The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, Yv,
-// U, X of a, then of b, [operand][i][c], each as an hi and a lo stage.
+// U of a, then of b, [operand][i][c], each as an hi and a lo stage.
+#define NOP 6u  // operands staged
 #define ST_HI 0u
 #define ST_LO (2u * RC * SDP)
 #define OP_HI (2u * ST_LO)
-#define OP_LO (OP_HI + 8u * 16u * OPP)
-#define POOL (OP_LO + 8u * 16u * OPP)  // 3712 uvec2s, 29 KiB
+#define OP_LO (OP_HI + NOP * 16u * OPP)
+#define POOL (OP_LO + NOP * 16u * OPP)  // 3328 uvec2s, 26 KiB
 // Phase 2: the factors [chunk][factor][m][i]; the chunks' fp32 matrices [chunk][matrix][16][16]; per
 // subgroup its share of the row sums of dlg [sg][16] (fp32).
 #define NCF 5u  // factors per chunk
@@ -96,7 +97,7 @@ layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T
 #define MATS (2u * CF_LO)
 #define ROWP (MATS + 2u * 4u * 128u)
 shared uvec2 pool[POOL];
-shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile; phase 2: first the pair dots
+shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile (phase 2)
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
@@ -114,14 +115,13 @@ void put_split4(uint hi_at, uint lo_at, vec4 x) {
 
 // ---- phase 1 ----
 
-// The operands' slots in the operand stage (chunk a; chunk b's are 4 further).
+// The operands' slots in the operand stage (chunk a; chunk b's are 3 further).
 #define OP_DO 0u
 #define OP_YV 1u
 #define OP_U 2u
-#define OP_X 3u
 
 // One invocation's loads of a round: vec4 tid of each state's 16 x 128 rows and of the operands'
-// 8 x 16 x 16.
+// 6 x 16 x 16 (invocations 0 .. 383).
 struct Round {
   vec4 s0, ds, op;
 };
@@ -132,16 +132,15 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
   f.s0 = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
   f.ds = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
   const uint slot = tid / 64u, i = (tid / 4u) % 16u, col = c0 + 4u * (tid % 4u);
-  const Chunk k = slot < 4u ? ka : kb;
-  const uint which = slot % 4u;
+  const Chunk k = slot < 3u ? ka : kb;
+  const uint which = slot % 3u;
   f.op = vec4(0.0);
-  if (i < k.L) {
+  if (slot < NOP && i < k.L) {
     const uint bt = k.b * pc.t + k.t0 + i;
     const uint o = ((bt * pc.nv + k.h) * D + col) / 4u;
     if (which == OP_DO) f.op = do4[o];
     else if (which == OP_YV) f.op = yv4[o];
-    else if (which == OP_U) f.op = u4[o];
-    else f.op = x4[o];
+    else f.op = u4[o];
   }
   return f;
 }
@@ -151,7 +150,7 @@ void stage_round(Round f, uint tid) {
   put_split4(ST_HI + at, ST_LO + at, f.s0);
   put_split4(ST_HI + RC * SDP + at, ST_LO + RC * SDP + at, f.ds);
   const uint op = (tid / 4u) * OPP + tid % 4u;  // (operand tid / 64, row (tid / 4) % 16)
-  put_split4(OP_HI + op, OP_LO + op, f.op);
+  if (tid < NOP * 64u) put_split4(OP_HI + op, OP_LO + op, f.op);
 }
 // Stages a chunk's [16][128] operand rows (each invocation's vec4) at offset `at0` of the state stage.
 void stage_rows(uint at0, vec4 x, uint tid) {
@@ -317,7 +316,7 @@ void main() {
     stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
     stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
     const vec4 bgk = -(betp[16u + fi] * exp(lgp[16u + fi])) * fkb;  // -diag(beta gamma) K_b
-    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, bgk);  // in the operands' stage (16 SDP rows fit in 8 x 16 OPP)
+    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, bgk);  // in the operands' stage (16 SDP rows fit in 6 x 16 OPP)
     barrier();
     LOAD_STATE_T(c1h, c1l, (ab == 0u ? RC * SDP : 0u) + 4u * q)  // Q~_b or K~_a
     if (ab == 0u) {  // -(diag(beta gamma) K_b)^T: column-major loads of the [i][r] stage
@@ -328,9 +327,8 @@ void main() {
 
   // The chunk's X1^T, Y^T, X2^T: [r][i]
   F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
-  F32M pd = F32M(0.0);  // subgroups 8, 9: dO_a U_a^T, Yv_a X_a^T; 10, 11: the same of b ([i][j])
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
-  const uint ops = 4u * ab;  // the chunk's operand slots
+  const uint ops = 3u * ab;  // the chunk's operand slots
   // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
@@ -348,9 +346,9 @@ void main() {
     F32M made;
     if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - K_b^T diag(beta gamma) Yv_b
       made = other * gam_b;
-      LOAD_OP(bh_, bl, 4u + OP_DO, false)
+      LOAD_OP(bh_, bl, 3u + OP_DO, false)
       mma_split_into(made, c1h, c1l, bh_, bl);
-      LOAD_OP(bh_, bl, 4u + OP_YV, false)
+      LOAD_OP(bh_, bl, 3u + OP_YV, false)
       mma_split_into(made, c2h, c2l, bh_, bl);
       sdot_part += dot_tiles(made, edge);
     } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
@@ -370,14 +368,6 @@ void main() {
     mma_split_into(w, sh, sl, bh_, bl);
     LOAD_OP(bh_, bl, ops + OP_U, true)
     mma_split_into(x2, dh, dl, bh_, bl);
-
-    // The pair dots: dO or Yv [i][c] times U or X read column-major, [c][j] = [j][c]^T.
-    if (sg >= 8u && sg < 12u) {
-      const uint left = ((sg - 8u) / 2u) * 4u + sg % 2u;  // dO with U, Yv with X, of a then of b
-      LOAD_OP(ah, al, left, false)
-      LOAD_OP(bh_, bl, left + 2u, true)
-      mma_split_into(pd, ah, al, bh_, bl);
-    }
   }
 
   // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
@@ -399,10 +389,12 @@ void main() {
   const bool live = pi < k.L && pj < k.L;
   const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
   const float g_ij = live ? g_in[((k.b * pc.nk + k.ko) * nch + k.c) * CH * CH + lt] : 0.0;
+  const uint pd_at = (bh * nch + k.c) * 512u + lt;  // the pair dots [i][j] of chunk k
+  const float dou = live ? pdots[pd_at] : 0.0, yvx = live ? pdots[pd_at + 256u] : 0.0;
   sdot_part = subgroupAdd(sdot_part);
   if (subgroupElect()) red[sg] = sdot_part;
   // K^T in fp32 (for the element-wise products) and split, and -Y^T split: the left operands of the
-  // products below. Then the pair dots, [i][j], into the tiles of subgroups 8 .. 11.
+  // products below.
   F32M kt;
   F16M kth, ktl, wth, wtl;
   PUT_LANE_TILE(t_at, lane, xk)
@@ -411,12 +403,10 @@ void main() {
   split(kt, kth, ktl);
   split(w * -1.0, wth, wtl);
   TILE_SYNC()  // every lane's loads of the tile are done
-  if (sg >= 8u && sg < 12u) coopMatStoreNV(pd, tiles, t_at, 16u, false);
-  barrier();  // phase 1's readers of the pool are done, and the pair dots are in
+  barrier();  // phase 1's readers of the pool are done
 
   // ---- the chunk's 16 x 16 matrices: T, G, M = decay o <dO_i, u_j> (j <= i), T^T dT = beta_j <Yv_i, x_j> ----
   {
-    const float dou = tiles[(8u + 2u * ab) * 256u + lt], yvx = tiles[(9u + 2u * ab) * 256u + lt];
     float m = 0.0, dt = 0.0;
     if (live) {
       dt = betp[c0 + pj] * yvx;

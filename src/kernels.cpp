@@ -141,7 +141,7 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
 // chunk_pair_bwd_mma: phase 1's stages (phase 2's matrices and factors take their place), one fp32
 // 16 x 16 tile per subgroup (16); both chunks' lg, beta and the first dbeta terms, the subgroups' sums.
 constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 8 * 16 * 24) * 2 + (16 * 256 + 3 * 2 * 16 + 16 + 16) * 4;
+  return (2 * 2 * 16 * 136 + 2 * 6 * 16 * 24) * 2 + (16 * 256 + 3 * 2 * 16 + 16 + 16) * 4;
 }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
@@ -184,7 +184,7 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 18, matrix_pass_shared(), {32, ch}, 32);
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 20, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 13,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);

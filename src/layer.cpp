@@ -110,6 +110,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> dbx;  // matrix units: [B, T, nv, 8] dbeta's sum_c X o Yv, by 16 value dims
+  std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -117,7 +118,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &pdots, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -301,6 +302,7 @@ struct LayerImpl {
       // reads T and lg from the tape.
       if (chunked.chunk_dstate_mma) {
         bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
+        bwd.pdots = buffer("pair dots per chunk", std::size_t(B) * nv * nseg(T) * 2 * 16 * 16);
       } else {
         const std::size_t chunks = std::size_t(B) * nv * nseg(T);
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
@@ -411,7 +413,8 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
                  {v(*f.qkn), v(lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
-                  v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.gates), v(*bwd.dy), v(*bwd.dbx)},
+                  v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.gates), v(*bwd.dy), v(*bwd.dbx), v(*f.kv),
+                  v(*bwd.pdots)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
     } else {
@@ -427,7 +430,7 @@ struct LayerImpl {
     // one binding list (shaders/chunk_grads.glsl).
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
-                 {v(*f.qkn), v(*f.gates), v(lgc), v(*f.x), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(tm), v(*f.ck),
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.pdots), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(tm), v(*f.ck),
                   v(*bwd.dsc), v(*bwd.dqk), v(*f.gm), v(*bwd.dbx)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
