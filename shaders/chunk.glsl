@@ -35,9 +35,11 @@ Chunk chunk_of(uint b, uint h, uint c) {
 
 // Row of token i of the chunk in a [B, T, nv, X] tensor (times X), and in [B, T, nv*D] tensors (times D).
 uint head_row(Chunk k, uint i) { return (k.b * pc.t + k.t0 + i) * pc.nv + k.h; }
+#ifndef CHUNK_NO_QKN  // (defined by the passes with no q^, k^ binding)
 // q^ and k^ of token i of the chunk ([2][B, T, nk, D]), element r.
 float q_at(Chunk k, uint i, uint r) { return qkn[qk_at(QK_Q, k.b * pc.t + k.t0 + i, k.ko) + r]; }
 float k_at(Chunk k, uint i, uint r) { return qkn[qk_at(QK_K, k.b * pc.t + k.t0 + i, k.ko) + r]; }
+#endif
 
 #ifdef CHUNK_GATES_FROM_SCAN
 // Fills bet[] and lg[] (the inclusive scan of log g) for the chunk from the gates; padding rows get

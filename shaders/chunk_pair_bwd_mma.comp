@@ -26,12 +26,8 @@
 //
 // Phase 2, each half of the workgroup its chunk's gradients, from X1^T, Y^T and X2^T as phase 1
 // left them in its registers (the forms are chunk_grads.comp's, but for X and Yv). The chunk's
-// 16 x 16 matrices come from the pair dots: M = decay o <dO_i, u_j> and T^T dT = (Yv X^T) diag(beta)
-// (dT, the gradient of U = T diag(beta) X, is (dU X^T) diag(beta): chunk_grads.comp's
-// beta_j (<dU_i, v_j> + gamma_j <dW_i, k_j>) with no sum over key dims), with G = K K^T from the
-// tape (chunk_prep_fwd); then dA = -(T^T dT) T^T (one product by the chunk's first subgroup, on the
-// matrix units) and F = dA * decay. They are staged as the right factors [m][i] of the products,
-// fp16 pairs:
+// 16 x 16 matrices M and F (chunk_factors.comp, from the pair dots chunk_dstate_mma made) come as the
+// right factors [m][i] of the products, fp16 pairs loaded from memory (chunk_factors.glsl):
 //   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
 //   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
@@ -39,15 +35,12 @@
 // with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2 (dW^T T diag(beta gamma) = -Y^T
 // diag(beta gamma)). The row sums of d(log g) come from element-wise products of tiles of one layout:
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
-//   dbeta_i = sum_c [x o Yv]_ic + sum_j F_ij G_ij
-// (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it); dbeta's value-dim
-// term (chunk_grads.comp's v o Yv + k o (dW^T T diag(gamma))^T, as X = V - diag(gamma) K S0) comes
-// from chunk_dstate_mma as 8 shares, and so does dv = diag(beta) Yv. The record's dq^, dk^,
-// d(log g) and dbeta are written once (qk_bwd2 reads them).
+// (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
+// dk^ and d(log g) are written once (qk_bwd2 reads them; chunk_factors wrote its dbeta). Phase 2
+// needs no barrier but the one before the rows' sums: each subgroup starts it as it ends phase 1.
 //
-// Shared memory: 48 KiB is the most a workgroup gets on the devices this pass runs on, so phase 2's
-// matrices and factors take the place of phase 1's stages in one array of uvec2 (`pool`), fp32
-// values as bit patterns, fp32 matrices through the matrix units' loads and stores of that array.
+// Shared memory: the stages of phase 1 (`pool`, 26 KiB) and one fp32 16 x 16 tile per subgroup for
+// phase 2 (`tiles`, 16 KiB), under the 48 KiB a workgroup gets on the devices this pass runs on.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -60,18 +53,16 @@ layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
-layout(set = 0, binding = 3) readonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j> (chunk_dstate_mma)
+layout(set = 0, binding = 3) readonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][factor][hi, lo][16][4] (chunk_factors)
 layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
 layout(set = 0, binding = 6) readonly buffer Yv4 { vec4 yv4[]; };       // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
-layout(set = 0, binding = 7) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (the forward's)
-layout(set = 0, binding = 8) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
-layout(set = 0, binding = 9) readonly buffer Dsc4 { vec4 dsc4[]; };     // [B, nv, pair slots, D, D/4] dSe
-layout(set = 0, binding = 10) writeonly buffer Rec { float rec[]; };    // [B, T, nv][RW] records (qk_bwd2 reads them)
-layout(set = 0, binding = 11) readonly buffer Gm { float g_in[]; };     // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd's tape)
-layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T, nv, 8/4] dbeta's sum_c X o Yv, 8 shares (chunk_dstate_mma)
+layout(set = 0, binding = 7) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 8) readonly buffer Dsc4 { vec4 dsc4[]; };     // [B, nv, pair slots, D, D/4] dSe
+layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
 
 #include "chunk.glsl"
+#include "chunk_factors.glsl"
 
 #define RC 16u    // value dims per round
 #define DEPTH 2u  // rounds of loads in flight (H200: 1.005 ms against 1.023 at 3, whose registers spill)
@@ -79,7 +70,6 @@ layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T
 // loads index in uvec2s.
 #define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
 #define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
-#define PP 4u    // row stride (uvec2s) of phase 2's staged factors: 32 bytes (48 would not fit)
 
 // The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, Yv,
 // U of a, then of b, [operand][i][c], each as an hi and a lo stage.
@@ -89,23 +79,13 @@ layout(set = 0, binding = 12) readonly buffer Dbx4 { vec4 dbx4[]; };    // [B, T
 #define OP_HI (2u * ST_LO)
 #define OP_LO (OP_HI + NOP * 16u * OPP)
 #define POOL (OP_LO + NOP * 16u * OPP)  // 3328 uvec2s, 26 KiB
-// Phase 2: the factors [chunk][factor][m][i]; the chunks' fp32 matrices [chunk][matrix][16][16]; per
-// subgroup its share of the row sums of dlg [sg][16] (fp32).
-#define NCF 5u  // factors per chunk
-#define CF_HI 0u
-#define CF_LO (2u * NCF * 16u * PP)
-#define MATS (2u * CF_LO)
-#define ROWP (MATS + 2u * 4u * 128u)
 shared uvec2 pool[POOL];
 shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile (phase 2)
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
-shared float dbeta_a[2u * 16u];
+shared float row_p[16u * 16u];  // per subgroup: its share of the row sums of dlg [sg][i]
 
-// fp32 element f of the pool (f / 2 is its uvec2).
-float pool_f(uint f) { return uintBitsToFloat(pool[f / 2u][f % 2u]); }
-void set_pool_f(uint f, float x) { pool[f / 2u][f % 2u] = floatBitsToUint(x); }
 // Stores x split into its fp16 pair at pool[hi_at] and pool[lo_at].
 void put_split4(uint hi_at, uint lo_at, vec4 x) {
   const vec4 h = hi_part(x);
@@ -173,53 +153,11 @@ void stage_rows(uint at0, vec4 x, uint tid) {
 
 // ---- phase 2 ----
 
-// The chunk's fp32 16 x 16 matrices [row][column] (pool fp32 index via mat_f).
-#define MX_T 0u   // T [m][i]
-#define MX_G 1u   // G = K K^T
-#define MX_M 2u   // M [i][j] (j <= i)
-#define MX_DT 3u  // T^T dT, then F
-uint mat_f(uint ab, uint w, uint a, uint b) { return 2u * MATS + (ab * 4u + w) * 256u + a * 16u + b; }
-float mat(uint ab, uint w, uint a, uint b) { return pool_f(mat_f(ab, w, a, b)); }
-vec4 mat_row4(uint ab, uint w, uint a, uint q) {
-  return vec4(mat(ab, w, a, 4u * q), mat(ab, w, a, 4u * q + 1u), mat(ab, w, a, 4u * q + 2u), mat(ab, w, a, 4u * q + 3u));
-}
-vec4 mat_col4(uint ab, uint w, uint b, uint q) {
-  return vec4(mat(ab, w, 4u * q, b), mat(ab, w, 4u * q + 1u, b), mat(ab, w, 4u * q + 2u, b), mat(ab, w, 4u * q + 3u, b));
-}
-// The right factors, [chunk][factor][m][i] as fp16 pairs.
-#define CF_BG 0u
-#define CF_MT 1u
-#define CF_M 2u
-#define CF_E1 3u
-#define CF_E2 4u
-
-// Item n of the staging of chunk ab's right factors: factor n / 64 (CF_*), row m = (n / 4) % 16,
-// columns i = 4 q .. 4 q + 3 with q = n % 4.
-void stage_coefficient(uint ab, uint n) {
-  const uint c = n / 64u, m = (n / 4u) % 16u, q = n % 4u, r0 = 16u * ab + 4u * q;
-  const vec4 be = vec4(betp[r0], betp[r0 + 1u], betp[r0 + 2u], betp[r0 + 3u]);
-  vec4 x;
-  if (c == CF_BG) {  // diag(beta gamma)
-    const vec4 ga = exp(vec4(lgp[r0], lgp[r0 + 1u], lgp[r0 + 2u], lgp[r0 + 3u]));
-    x = vec4(equal(uvec4(4u * q) + uvec4(0u, 1u, 2u, 3u), uvec4(m))) * be * ga;
-  } else if (c == CF_MT) {
-    x = mat_col4(ab, MX_M, m, q);  // [m][i] = M[i][m]
-  } else if (c == CF_M) {
-    x = mat_row4(ab, MX_M, m, q);
-  } else if (c == CF_E1) {
-    x = be * mat_col4(ab, MX_DT, m, q);  // beta_i F[i][m]
-  } else {
-    x = betp[16u * ab + m] * mat_row4(ab, MX_DT, m, q);  // beta_m F[m][i]
-  }
-  const uint at = ((ab * NCF + c) * 16u + m) * PP + q;
-  put_split4(CF_HI + at, CF_LO + at, x);
-}
-
-// acc += a C for chunk ab's factor c (a: a split operand [column][m]).
-void mma_coef(inout F32M acc, F16M ah, F16M al, uint ab, uint c) {
+// acc += a C for factor c of chunk n (chunk_factors.glsl; a: a split operand [column][m]).
+void mma_coef(inout F32M acc, F16M ah, F16M al, uint n, uint c) {
   F16M bh, bl;
-  coopMatLoadNV(bh, pool, CF_HI + (ab * NCF + c) * 16u * PP, PP, false);
-  coopMatLoadNV(bl, pool, CF_LO + (ab * NCF + c) * 16u * PP, PP, false);
+  coopMatLoadNV(bh, fac, factor_at(n, c, 0u), FP, false);
+  coopMatLoadNV(bl, fac, factor_at(n, c, 0u) + 64u, FP, false);
   mma_split_into(acc, ah, al, bh, bl);
 }
 
@@ -254,11 +192,11 @@ void row_share(F32M x, uint t_at, uint lane, uint sg) {
   if (lane < 16u) {
     float s = 0.0;
     [[unroll]] for (uint c = 0u; c < 16u; ++c) s += tiles[t_at + c * 16u + lane];
-    set_pool_f(2u * ROWP + sg * 16u + lane, s);
+    row_p[sg * 16u + lane] = s;
   }
   subgroupBarrier();
 }
-float row_share_at(uint sg, uint i) { return pool_f(2u * ROWP + sg * 16u + i); }
+float row_share_at(uint sg, uint i) { return row_p[sg * 16u + i]; }
 
 float dot_tiles(F32M x, F32M y) {  // this lane's share of sum x o y
   float s = 0.0;
@@ -372,25 +310,10 @@ void main() {
 
   // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
   const Chunk k = ab == 0u ? ka : kb;
-  const uint col0 = 16u * q;
-  // Its operand tiles, and the chunk's T and G (invocation (pi, pj) of the chunk's half), loaded as
-  // phase 1 ends.
-  vec4 xk[2], xq[2];
+  const uint col0 = 16u * q, c0 = 16u * ab, t_at = sg * 256u, n = bh * nch + k.c;  // n: chunk_factors' index
+  vec4 xk[2], xq[2];  // its operand tiles
   fetch_operand(k, lane, col0, QK_K, xk);
   fetch_operand(k, lane, col0, QK_Q, xq);
-  float xyv = 0.0;  // the rows step's (q == 0, lane l < 16): row 15 - l's sum_c X o Yv, from its 8 shares
-  if (q == 0u && lane < 16u && 15u - lane < k.L) {
-    const uint at = head_row(k, 15u - lane) * 2u;
-    const vec4 s = dbx4[at] + dbx4[at + 1u];
-    xyv = (s.x + s.y) + (s.z + s.w);
-  }
-  const uint lt = tid % 256u, pi = lt / 16u, pj = lt % 16u;
-  const uint c0 = 16u * ab, t_at = sg * 256u;
-  const bool live = pi < k.L && pj < k.L;
-  const float t_ij = pi < k.L ? t_in[head_row(k, pi) * CH + pj] : 0.0;
-  const float g_ij = live ? g_in[((k.b * pc.nk + k.ko) * nch + k.c) * CH * CH + lt] : 0.0;
-  const uint pd_at = (bh * nch + k.c) * 512u + lt;  // the pair dots [i][j] of chunk k
-  const float dou = live ? pdots[pd_at] : 0.0, yvx = live ? pdots[pd_at + 256u] : 0.0;
   sdot_part = subgroupAdd(sdot_part);
   if (subgroupElect()) red[sg] = sdot_part;
   // K^T in fp32 (for the element-wise products) and split, and -Y^T split: the left operands of the
@@ -403,59 +326,11 @@ void main() {
   split(kt, kth, ktl);
   split(w * -1.0, wth, wtl);
   TILE_SYNC()  // every lane's loads of the tile are done
-  barrier();  // phase 1's readers of the pool are done
-
-  // ---- the chunk's 16 x 16 matrices: T, G, M = decay o <dO_i, u_j> (j <= i), T^T dT = beta_j <Yv_i, x_j> ----
-  {
-    float m = 0.0, dt = 0.0;
-    if (live) {
-      dt = betp[c0 + pj] * yvx;
-      if (pj <= pi) m = exp(lgp[c0 + pi] - lgp[c0 + pj]) * dou;
-    }
-    set_pool_f(mat_f(ab, MX_T, pi, pj), t_ij);
-    set_pool_f(mat_f(ab, MX_G, pi, pj), g_ij);
-    set_pool_f(mat_f(ab, MX_M, pi, pj), m);
-    set_pool_f(mat_f(ab, MX_DT, pi, pj), dt);
-  }
-  barrier();
-  // ---- the factors diag(beta gamma), M^T, M; the chunk's first subgroup makes -dA = (T^T dT) T^T on
-  // the matrix units and F = dA * exp(lg_i - lg_j), strictly lower (dA's decay), into T^T dT's place ----
-  if (lt < 192u) stage_coefficient(ab, lt);  // diag(beta gamma), M^T, M
-  if (q == 0u) {
-    F32M x, da = F32M(0.0);
-    F16M ah, al, bh, bl;
-    coopMatLoadNV(x, pool, mat_f(ab, MX_DT, 0u, 0u) / 2u, 8u, false);  // T^T dT [i][m]
-    split(x, ah, al);
-    coopMatLoadNV(x, pool, mat_f(ab, MX_T, 0u, 0u) / 2u, 8u, true);   // T^T [m][j]
-    split(x, bh, bl);
-    mma_split_into(da, ah, al, bh, bl);  // -dA
-    coopMatStoreNV(da, tiles, t_at, 16u, false);
-    TILE_SYNC()
-    const uint i = lane / 2u;  // the lane's elements 8 lane .. + 7: row i, columns j = 8 (lane % 2) + e
-    [[unroll]] for (uint e = 0u; e < 8u; ++e) {
-      const uint j = 8u * (lane % 2u) + e;
-      const float f = j < i && i < k.L ? -tiles[t_at + 8u * lane + e] * exp(lgp[c0 + i] - lgp[c0 + j]) : 0.0;
-      set_pool_f(mat_f(ab, MX_DT, i, j), f);
-    }
-  }
-  barrier();
-  if (lt < 128u) stage_coefficient(ab, 192u + lt);  // E1, E2
-  if (lt < 16u) {
-    float x = 0.0;
-    for (uint j = 0u; j < lt; ++j) x = fma(mat(ab, MX_DT, lt, j), mat(ab, MX_G, lt, j), x);
-    dbeta_a[c0 + lt] = x;
-  }
-  barrier();
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
   const uint rows = k.L;
-  F32M asum;  // the element-wise terms of dlg
-  float extra = 0.0;  // this invocation's share of dlg at CH-1: Gamma <dS, S0> (the chunk's first invocation) ...
-  if (lt == 0u) {
-    float s = 0.0;
-    [[unroll]] for (uint g = 0u; g < 8u; ++g) s += red[8u * ab + g];
-    extra = (ab == 0u ? gam_a : gam_b) * s;
-  }
+  F32M asum;          // the element-wise terms of dlg
+  float extra = 0.0;  // this invocation's share of <K, X2g> (dlg at CH-1)
   {  // dM^T = X2g^T + Q^T M + K^T E2,  dK^T = dM^T - Y^T diag(beta gamma) + K^T E1
     F32M qt;
     F16M qh, ql;
@@ -465,17 +340,17 @@ void main() {
     split(qt, qh, ql);
     TILE_SYNC()
     F32M dm = scale_columns(x2, t_at, lane, c0, false);  // X2g^T
-    extra += dot_tiles(kt, dm);                           // ... and <K, X2g>
-    mma_coef(dm, qh, ql, ab, CF_M);
-    mma_coef(dm, kth, ktl, ab, CF_E2);
+    extra = dot_tiles(kt, dm);
+    mma_coef(dm, qh, ql, n, CF_M);
+    mma_coef(dm, kth, ktl, n, CF_E2);
     F32M dk = dm;
-    mma_coef(dk, wth, wtl, ab, CF_BG);
-    mma_coef(dk, kth, ktl, ab, CF_E1);
+    mma_coef(dk, wth, wtl, n, CF_BG);
+    mma_coef(dk, kth, ktl, n, CF_E1);
     STORE_TILE_T(dk, t_at, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     F32M dq = scale_columns(x1, t_at, lane, c0, true);  // X1g^T
-    mma_coef(dq, kth, ktl, ab, CF_MT);
+    mma_coef(dq, kth, ktl, n, CF_MT);
     STORE_TILE_T(dq, t_at, lane, rows, rec, head_row(k, i_) * RW + col0, 1.0)
     asum = asum + times(qt, dq);
     row_share(asum, t_at, lane, sg);
@@ -484,23 +359,18 @@ void main() {
   if (subgroupElect()) extra_p[sg] = extra;
   barrier();
 
-  // ---- the rows, by the chunk's first subgroup, lane l < 16 at row i = 15 - l: dbeta, and
+  // ---- the rows, by the chunk's first subgroup, lane l < 16 at row i = 15 - l:
   // d(log g_i) = sum_{m >= i} dlg_m as a sum over lanes 0 .. l ----
   if (q == 0u) {
     const uint i = 15u - min(lane, 15u);
-    float a = 0.0, db = 0.0;
+    float a = 0.0;
     if (lane < 16u) {
       if (i < k.L)
         [[unroll]] for (uint s = 0u; s < 8u; ++s) a += row_share_at(8u * ab + s, i);
-      if (i == CH - 1u)
-        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += extra_p[8u * ab + s];
-      db = dbeta_a[c0 + i] + xyv;
+      if (i == CH - 1u)  // Gamma <dS, S0> + <K, X2g>
+        [[unroll]] for (uint s = 0u; s < 8u; ++s) a += (ab == 0u ? gam_a : gam_b) * red[8u * ab + s] + extra_p[8u * ab + s];
     }
     const float dlogg = subgroupInclusiveAdd(a);
-    if (lane < 16u && i < k.L) {
-      const uint row = head_row(k, i);
-      rec[row * RW + 2u * D] = dlogg;
-      rec[row * RW + 2u * D + 1u] = db;
-    }
+    if (lane < 16u && i < k.L) rec[head_row(k, i) * RW + 2u * D] = dlogg;
   }
 }

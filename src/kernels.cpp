@@ -138,11 +138,13 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
-// chunk_pair_bwd_mma: phase 1's stages (phase 2's matrices and factors take their place), one fp32
-// 16 x 16 tile per subgroup (16); both chunks' lg, beta and the first dbeta terms, the subgroups' sums.
+// chunk_pair_bwd_mma: phase 1's stages, one fp32 16 x 16 tile per subgroup (16) for phase 2; both
+// chunks' lg and beta, the subgroups' sums and row shares.
 constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
-  return (2 * 2 * 16 * 136 + 2 * 6 * 16 * 24) * 2 + (16 * 256 + 3 * 2 * 16 + 16 + 16) * 4;
+  return (2 * 2 * 16 * 136 + 2 * 6 * 16 * 24) * 2 + (16 * 256 + 2 * 2 * 16 + 16 + 16 + 16 * 16) * 4;
 }
+// chunk_factors: four fp32 16 x 16 matrices, the chunk's lg and beta.
+constexpr std::uint32_t chunk_factors_shared() { return (4 * 256 + 2 * 16) * 4; }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
   return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
@@ -166,7 +168,7 @@ std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk) 
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared(),
+  const auto bytes = std::max({chunk_prep_fwd_shared(), matrix_pass_shared(), chunk_factors_shared(),
                                chunk_pair_bwd_mma_shared()});
   if (bytes > info.max_shared_memory)
     return "they need " + std::to_string(bytes) + " bytes of shared memory and the device has " +
@@ -185,7 +187,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
   } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 20, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 13,
+    k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 8, chunk_factors_shared(), {32, ch}, 32);
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 10,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_w = make(dev, "chunk_w", spirv::chunk_w, 5, chunk_w_shared(), {}, 32);

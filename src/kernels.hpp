@@ -67,8 +67,9 @@ struct ChunkedKernels {
   /// chunk_dstate on the matrix units (chunk_dstate_mma.comp), and chunk_values and
   /// chunk_grads as one pass per pair of chunks (chunk_pair_bwd_mma.comp); null where they do not run.
   /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
-  /// kColumnBlocks.
-  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_pair_bwd_mma;
+  /// kColumnBlocks. Between them chunk_factors (chunk_factors.comp, one workgroup per chunk) makes the
+  /// pair pass's 16 x 16 right factors.
+  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_factors, chunk_pair_bwd_mma;
   /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
   /// for the v-heads that share the k-head), with a tape chunk_w (W for the backward, likewise), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.

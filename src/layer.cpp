@@ -111,6 +111,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> dbx;  // matrix units: [B, T, nv, 8] dbeta's sum_c X o Yv, by 16 value dims
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+  std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][5][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -118,7 +119,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &pdots, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &pdots, &fac, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -303,6 +304,7 @@ struct LayerImpl {
       if (chunked.chunk_dstate_mma) {
         bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
         bwd.pdots = buffer("pair dots per chunk", std::size_t(B) * nv * nseg(T) * 2 * 16 * 16);
+        bwd.fac = buffer("pair pass factors per chunk", std::size_t(B) * nv * nseg(T) * 5 * 2 * 16 * 16 / 2);
       } else {
         const std::size_t chunks = std::size_t(B) * nv * nseg(T);
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
@@ -417,6 +419,9 @@ struct LayerImpl {
                   v(*bwd.pdots)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
+      r.dispatch(*chunked.chunk_factors,
+                 {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.dbx), v(*bwd.fac), v(*bwd.dqk)}, pc, chunks);
+      r.mark("chunk_factors");
     } else {
       r.dispatch(*chunked.chunk_prep,
                  {v(*f.qkn), v(*f.gates), v(a_log), v(*bwd.w), v(tm), v(*bwd.do_), v(*bwd.du), v(lgc)}, pc, chunks);
@@ -430,8 +435,8 @@ struct LayerImpl {
     // one binding list (shaders/chunk_grads.glsl).
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
-                 {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.pdots), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(tm), v(*f.ck),
-                  v(*bwd.dsc), v(*bwd.dqk), v(*f.gm), v(*bwd.dbx)},
+                 {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.fac), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.ck), v(*bwd.dsc),
+                  v(*bwd.dqk)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
