@@ -60,13 +60,8 @@ layout(set = 0, binding = 19) writeonly buffer Pdots { float pdots[]; }; // [B, 
 // stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv. Then
 // its shares of the pair dots, transposed ([j][i]): U dO^T into the dO tile t_do (which still holds
 // the chunk's dO), X Yv^T into t_at.
-void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint t_do, uint lane, uint col0, uint sg) {
-  vec4 xr[2], ur[2];
-  FETCH_TILE(x4, k, lane, col0, xr)
-  FETCH_TILE(u4, k, lane, col0, ur)
-  float be[2];
-  [[unroll]] for (uint e = 0u; e < 2u; ++e)
-    be[e] = tile_row(lane, e) < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tile_row(lane, e))] : 0.0;
+// The lane's X rows (xr) and beta (be) of the chunk's rows tile_row(lane, e) come loaded.
+void yv_out(Chunk k, F16M uh, F16M ul, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
   F16M bh, bl;
   coopMatLoadNV(bh, th, 0u, PP, false);  // T [m][i]
   coopMatLoadNV(bl, tl, 0u, PP, false);
@@ -87,26 +82,18 @@ void yv_out(Chunk k, F16M uh, F16M ul, uint t_at, uint t_do, uint lane, uint col
       if (lane % 4u == 0u) dbx[head_row(k, i) * NSG + sg] = part;
     }
   }
-  F16M yh, yl, dh, dl, xh_, xl_, uh_, ul_;
+  F16M yh, yl, xh_, xl_;
   split(y, yh, yl);  // Yv^T [c][i]
   {
     F32M m;
-    coopMatLoadNV(m, tiles, t_do, 16u, true);  // dO^T [c][i]
-    split(m, dh, dl);
-    TILE_SYNC()  // the lanes' reads of both tiles are done
+    TILE_SYNC()  // the lanes' reads of the tile are done
     PUT_LANE_TILE(t_at, lane, xr)
-    PUT_LANE_TILE(t_do, lane, ur)
     TILE_SYNC()
     coopMatLoadNV(m, tiles, t_at, 16u, false);  // X [j][c]
     split(m, xh_, xl_);
-    coopMatLoadNV(m, tiles, t_do, 16u, false);  // U [j][c]
-    split(m, uh_, ul_);
     TILE_SYNC()
   }
   F32M p = F32M(0.0);
-  mma_split_into(p, uh_, ul_, dh, dl);
-  coopMatStoreNV(p, tiles, t_do, 16u, false);
-  p = F32M(0.0);
   mma_split_into(p, xh_, xl_, yh, yl);
   coopMatStoreNV(p, tiles, t_at, 16u, false);
 }
@@ -144,19 +131,23 @@ void main() {
   // before in this pass's order) updates its state, so that their latency is off the serial chain
   // (H200: 0.577 -> 0.547 ms). Its operators are loaded here, not a chunk ahead: ahead measured
   // slower wherever they were loaded (0.61 right after the staging barrier, 0.58 beside these rows).
-  vec4 o_next[2], z_next[2], g_next[2];
+  vec4 o_next[2], z_next[2], g_next[2], u_next[2];
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
+    FETCH_TILE(u4, k0, lane, col0, u_next)
     FETCH_TILE(o4, k0, lane, col0, o_next)
     FETCH_TILE(z4, k0, lane, col0, z_next)
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
   F16M uh, ul;  // dU^T of the chunk, split (for the state update, then for its Yv)
+  vec4 xr[2], ur[2];  // the chunk's X and U rows and beta, loaded during its step for yv_out at the next
+  float be[2];
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, t_du, t_do, lane, col0, sg);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, xr, be, t_du, lane, col0, sg);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, wd[2];
+    ur = u_next;
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
@@ -194,6 +185,17 @@ void main() {
     coopMatLoadNV(dOt, tiles, t_do, 16u, true);
     F16M oh, ol;
     split(dOt, oh, ol);
+    {  // the subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here)
+      F32M m;
+      F16M ah, al;
+      PUT_LANE_TILE(t_du, lane, ur)
+      TILE_SYNC()  // and every lane's load of dO^T is done
+      coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
+      split(m, ah, al);
+      m = F32M(0.0);
+      mma_split_into(m, ah, al, oh, ol);
+      coopMatStoreNV(m, tiles, t_do, 16u, false);
+    }
     F32M du = F32M(0.0), du_lo = F32M(0.0);
     {
       F16M bh_, bl;
@@ -210,8 +212,12 @@ void main() {
     }
     du = unsplit(du, du_lo);
 
+    FETCH_TILE(x4, k, lane, col0, xr)
+    [[unroll]] for (uint e = 0u; e < 2u; ++e)
+      be[e] = tile_row(lane, e) < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tile_row(lane, e))] : 0.0;
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
+      FETCH_TILE(u4, kn, lane, col0, u_next)
       FETCH_TILE(o4, kn, lane, col0, o_next)
       FETCH_TILE(z4, kn, lane, col0, z_next)
       FETCH_TILE(dout4, kn, lane, col0, g_next)
@@ -231,7 +237,7 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), uh, ul, t_du, t_do, lane, col0, sg);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), uh, ul, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }
