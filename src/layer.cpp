@@ -61,7 +61,8 @@ void expect_shape(const char* tensor, const Tensor& t, std::vector<std::int64_t>
 struct ForwardState {
   int B = 0, T = 0;
   bool keep = false;
-  std::unique_ptr<gpu::Buffer> y;      // [B, T, nv*D] conv + silu output, v channels (q and k: qkn)
+  std::unique_ptr<gpu::Buffer> y;      // [B, T, nv*D] conv + silu output, v channels (q and k: qkn);
+                                       // the matrix units' path keeps it in LayerImpl::y_scratch
   std::unique_ptr<gpu::Buffer> qkn;    // [2][B, T, nk, D] q^, k^
   std::unique_ptr<gpu::Buffer> nq;     // [2][B, T, nk] squared norms + 1e-6
   std::unique_ptr<gpu::Buffer> gates;  // [3][B, T, nv] g, beta, a + dt_bias
@@ -137,6 +138,9 @@ struct LayerImpl {
   SubgroupKernels subgroup;   // built for Variant::Subgroup and Variant::Chunked (its forward)
   ChunkedKernels chunked;     // built for Variant::Chunked
   ForwardState scratch_fwd;  // for forwards without a tape
+  // The matrix units' path's conv output (v): only its forward reads it (the backward reads X in its
+  // place), so no tape keeps it. Grows to the largest shape seen.
+  std::unique_ptr<gpu::Buffer> y_scratch;
   BackwardState bwd;
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
   DeviceInputs host_in;
@@ -250,10 +254,12 @@ struct LayerImpl {
   }
 
   void ensure(ForwardState& f, int B, int T, bool keep) {
-    if (f.B == B && f.T == T && f.keep == keep && f.y) return;
+    if (f.B == B && f.T == T && f.keep == keep && f.qkn) return;
     f = ForwardState{};  // frees the old buffers before allocating the new ones
     const std::size_t BT = std::size_t(B) * T, nv = cfg.nv, nk = cfg.nk;
-    f.y = buffer("v (conv output)", BT * nv * kD);  // the q and k channels leave normalized, in qkn
+    // v; the q and k channels leave normalized, in qkn
+    if (!chunked.chunk_fwd_mma) f.y = buffer("v (conv output)", BT * nv * kD);
+    else if (!y_scratch || y_scratch->bytes < BT * nv * kD * kF) y_scratch = buffer("v (conv output)", BT * nv * kD);
     f.qkn = buffer("qk_hat", 2 * BT * nk * kD);
     f.nq = buffer("qk_norms", 2 * BT * nk);
     f.gates = buffer("gates", 3 * BT * nv);
@@ -340,7 +346,7 @@ struct LayerImpl {
   }
 
   void check_tape(const TapeState* st) const {
-    if (!st || !st->fwd.y) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
+    if (!st || !st->fwd.qkn) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
     if (st->layer_id != id) throw std::invalid_argument("tape: recorded by another layer; a tape belongs to the layer whose forward filled it");
   }
 
@@ -360,12 +366,14 @@ struct LayerImpl {
   }
 
   static gpu::BufferView v(const gpu::Buffer& b) { return {&b}; }
+  // The conv output (v) a forward state's passes read: its own, or the matrix path's scratch.
+  const gpu::Buffer& y_of(const ForwardState& f) const { return f.y ? *f.y : *y_scratch; }
   static gpu::BufferView v(const Tensor& t) { return {t.storage().buffer.get()}; }
 
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const ForwardState& f, int B, int T) {
     const Push pc = push(B, T, f.keep);
     const std::uint64_t BT = std::uint64_t(B) * T;
-    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(*f.y), v(*f.qkn), v(*f.nq)}, pc,
+    r.dispatch(*common.conv_fwd, {v(in.qkv), v(conv), v(y_of(f)), v(*f.qkn), v(*f.nq)}, pc,
                conv_groups(f.B, f.T, cfg.channels(), kConvFwdTokens));
     r.mark("conv_fwd");  // the q/k l2 norms fused in
     if (chunked.chunk_fwd_mma) {
@@ -381,7 +389,7 @@ struct LayerImpl {
       }
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
-                  v(*f.gates), v(*f.y), v(*f.x)},
+                  v(*f.gates), v(y_of(f)), v(*f.x)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
       return;
@@ -390,12 +398,12 @@ struct LayerImpl {
     r.mark("gate_prep");
     if (cfg.variant == Variant::PerHead) {
       r.dispatch(*per_head.rec_fwd,
-                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
+                 {v(y_of(f)), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(out), v(*f.o), v(*f.inv), v(*f.ck)}, pc,
                  std::uint64_t(B) * cfg.nv);
       r.mark("rec_fwd");
       return;
     }
-    r.dispatch(*subgroup.rec_fwd2, {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
+    r.dispatch(*subgroup.rec_fwd2, {v(y_of(f)), v(*f.qkn), v(*f.gates), v(*f.o), v(*f.kv), v(*f.ck)}, pc,
                std::uint64_t(B) * cfg.nv * kColumnBlocks);
     r.mark("rec_fwd2");
     r.dispatch(*subgroup.norm_fwd2, {v(*f.o), v(in.z), v(norm), v(out), v(*f.inv)}, pc, BT * cfg.nv);
@@ -440,9 +448,9 @@ struct LayerImpl {
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
-      const std::vector<gpu::BufferView> views{v(*f.qkn), v(*f.gates), v(lgc),      v(*f.y),       v(*f.kv),
-                                               v(*bwd.do_), v(*bwd.du), v(*bwd.w),   v(tm),         v(*f.ck),
-                                               v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy), v(*bwd.pairs), v(*bwd.sdot)};
+      const std::vector<gpu::BufferView> views{v(*f.qkn),   v(*f.gates), v(lgc),      v(y_of(f)),    v(*f.kv),
+                                               v(*bwd.do_), v(*bwd.du),  v(*bwd.w),   v(tm),         v(*f.ck),
+                                               v(*bwd.dsc), v(*bwd.dqk), v(*bwd.dy),  v(*bwd.pairs), v(*bwd.sdot)};
       r.dispatch(*chunked.chunk_values, views, pc, chunks);
       r.mark("chunk_values");
       r.dispatch(*chunked.chunk_grads, views, pc, chunks);
@@ -458,7 +466,7 @@ struct LayerImpl {
     const auto& in = st.inputs;
     if (cfg.variant == Variant::PerHead) {
       r.dispatch(*per_head.rec_bwd,
-                 {v(*f.y), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
+                 {v(y_of(f)), v(*f.qkn), v(*f.gates), v(in.z), v(norm), v(*f.o), v(*f.inv), v(*f.ck), v(dout),
                   v(*bwd.scr), v(*bwd.kvs), v(*bwd.dqk), v(*bwd.dy), v(g.dz), v(g.da), v(g.db), v(a_log)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("rec_bwd");
@@ -474,7 +482,7 @@ struct LayerImpl {
         record_chunked_recurrence(r, st, dout, g, pc);
       } else {
         r.dispatch(subgroup.backward_for(dev, pc.cs),
-                   {v(*f.y), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
+                   {v(y_of(f)), v(*f.qkn), v(*f.gates), v(*f.kv), v(*bwd.do_), v(*f.ck), v(*bwd.dqk), v(*bwd.dy)}, pc,
                    std::uint64_t(B) * cfg.nv * kColumnBlocks);
         r.mark("rec_bwd2");
       }
@@ -482,7 +490,7 @@ struct LayerImpl {
       const auto& qk_bwd = cfg.variant == Variant::Chunked ? *chunked.qk_bwd : *subgroup.qk_bwd2;
       const std::uint64_t rows_per_group = 128 / subgroup_size;
       r.dispatch(qk_bwd,
-                 {v(*f.y), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv), v(*f.qkn)},
+                 {v(y_of(f)), v(*f.nq), v(*bwd.dqk), v(*f.gates), v(a_log), v(*bwd.dy), v(g.da), v(g.db), v(*f.kv), v(*f.qkn)},
                  pc, (BT * cfg.nk + rows_per_group - 1) / rows_per_group);
       r.mark("qk_bwd2");
     }
@@ -586,7 +594,7 @@ const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timin
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes();
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + (m.y_scratch ? m.y_scratch->bytes : 0);
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db})
