@@ -1,23 +1,24 @@
 #version 460
 // Chunked backward on the matrix units, the serial pass: the sums of chunk_dstate.comp (which runs
 // where the device has no cooperative matrices) as 16x16x16 products of GL_NV_cooperative_matrix,
-// from the operators the matrix units' forward left on the tape (W, P, T, lg: no chunk_prep here).
+// from the operators the matrix units' forward left on the tape (P, T, lg: no chunk_prep here).
 //   dU = P^T dO + K~ dS                           K~ = diag(Gamma / gamma) K
-//   dS <- Gamma dS + Q~^T dO - W^T dU              Q~ = diag(gamma) Q
-// The layout (chunk_mma.glsl): dS^T [column][row] in registers; the transposed products put every
-// register-held matrix on the left:
-//   dU^T = dO^T P + dS^T K~^T,   dS^T <- Gamma dS^T + dO^T Q~ - dU^T W
+//   Yv = T^T dU
+//   dS <- Gamma dS + Q~^T dO - K^T diag(beta gamma) Yv    Q~ = diag(gamma) Q
+// (W^T dU with W = T diag(beta gamma) K: no pass makes W). The layout (chunk_mma.glsl): dS^T
+// [column][row] in registers; the transposed products put every register-held matrix on the left:
+//   dU^T = dO^T P + dS^T K~^T,   Yv^T = dU^T T,   dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K
 // The gated RMSNorm backward of norm_bwd2 is fused in: each chunk's dO rows are made here from the
 // layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
 // the workgroup adds the 8 sums at the barrier the staging needs anyway),
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma).
-// Each chunk's dU leaves as Yv = T^T dU (Yv^T = dU^T T, one 16 x 16 product with T staged), the form
-// every later use takes: dv = diag(beta) Yv (the layer's v gradient), dbeta's value-dim term
-// sum_c X o Yv (each subgroup's share of its 16 columns), and in chunk_pair_bwd_mma dT and dW through
+// Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
+// gradient), dbeta's value-dim term sum_c X o Yv (each subgroup's share of its 16 columns), and in
+// chunk_pair_bwd_mma dT and dW through
 //   T^T dT = (Yv X^T) diag(beta),   W^T dU = K^T diag(beta gamma) Yv,   dW^T T = -S^T Yv^T.
-// It is made off the serial chain: a chunk's at the start of the next step, while the next chunk's
-// operators are on their way (T is still staged then). So are the chunk's pair dots for
+// Its stores are made off the serial chain: a chunk's at the start of the next step, while the next
+// chunk's operators are on their way. So are the chunk's pair dots for
 // chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
 // step's two barriers.
@@ -33,7 +34,7 @@ layout(constant_id = 0) const uint SG = 32;
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
-layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (the forward's)
+layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Yv4 { vec4 yv4[]; };      // [B, T, nv*D/4] Yv = T^T dU
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, pair slots, D cols, D rows]
@@ -46,28 +47,20 @@ layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T
 layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
-layout(set = 0, binding = 15) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
-layout(set = 0, binding = 16) writeonly buffer Dy4 { vec4 dy4[]; };      // [B, T, C/4]: writes the v part (dv)
-layout(set = 0, binding = 17) writeonly buffer Dbx { float dbx[]; };     // [B, T, nv, NSG] dbeta's sum_c X o Yv, per subgroup
-layout(set = 0, binding = 18) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 19) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 15) writeonly buffer Dy4 { vec4 dy4[]; };      // [B, T, C/4]: writes the v part (dv)
+layout(set = 0, binding = 16) writeonly buffer Dbx { float dbx[]; };     // [B, T, nv, NSG] dbeta's sum_c X o Yv, per subgroup
+layout(set = 0, binding = 17) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 18) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 
 #include "chunk.glsl"
-#define STAGE_W
+#define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
-// Yv of chunk k from its dU^T (split: uh, ul) and the staged T, through the subgroup's tile at t_at:
-// stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv. Then
+// Yv of chunk k, held transposed (y = Yv^T [column][i]), through the subgroup's tile at t_at: stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv. Then
 // its shares of the pair dots, transposed ([j][i]): U dO^T into the dO tile t_do (which still holds
 // the chunk's dO), X Yv^T into t_at.
 // The lane's X rows (xr) and beta (be) of the chunk's rows tile_row(lane, e) come loaded.
-void yv_out(Chunk k, F16M uh, F16M ul, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
-  F16M bh, bl;
-  coopMatLoadNV(bh, th, 0u, PP, false);  // T [m][i]
-  coopMatLoadNV(bl, tl, 0u, PP, false);
-  F32M y = F32M(0.0), lo = F32M(0.0);
-  MMA_SPLIT(y, lo, uh, ul, bh, bl)
-  y = unsplit(y, lo);
+void yv_out(Chunk k, F32M y, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
   coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
   TILE_SYNC()
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -139,13 +132,13 @@ void main() {
     FETCH_TILE(z4, k0, lane, col0, z_next)
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
-  F16M uh, ul;  // dU^T of the chunk, split (for the state update, then for its Yv)
+  F32M yt;  // Yv^T of the chunk (for yv_out at the next step)
   vec4 xr[2], ur[2];  // the chunk's X and U rows and beta, loaded during its step for yv_out at the next
   float be[2];
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), uh, ul, xr, be, t_du, lane, col0, sg);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yt, xr, be, t_du, lane, col0, sg);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, wd[2];
     ur = u_next;
     float inv[2], part[2];
@@ -222,8 +215,21 @@ void main() {
       FETCH_TILE(z4, kn, lane, col0, z_next)
       FETCH_TILE(dout4, kn, lane, col0, g_next)
     }
-    // dS^T <- Gamma dS^T + dO^T Q~ - dU^T W   (Q~, -W: row-major loads of the stages)
+    // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
+    F16M uh, ul;
     split(du, uh, ul);
+    {
+      F16M bh_, bl;
+      coopMatLoadNV(bh_, th, 0u, PP, false);
+      coopMatLoadNV(bl, tl, 0u, PP, false);
+      F32M y_lo = F32M(0.0);
+      yt = F32M(0.0);
+      MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
+      yt = unsplit(yt, y_lo);
+    }
+    split(yt, uh, ul);
+    // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
+    // loads of the stages)
     const float gam = exp(cur.lgam);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
@@ -237,7 +243,7 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), uh, ul, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yt, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }

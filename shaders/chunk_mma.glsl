@@ -10,12 +10,12 @@
 // - chunk_fwd_mma: -K^ = -diag(gamma) K and T diag(beta). W = T diag(beta gamma) K = T diag(beta) K^
 //   is not made: the forward takes W S0 as T diag(beta) (K^ S0), which costs a 16 x 16 product on
 //   its serial chain and saves the forward W's stores.
-// - chunk_dstate_mma (defines STAGE_W): -W, which chunk_w stored with the tape (the same product
-//   on the backward's chain measured 0.08 ms of 0.66), and T itself (for Yv = T^T dU).
+// - chunk_dstate_mma (defines DSTATE_STAGE): -diag(beta gamma) K and T itself: its state update
+//   takes W^T dU as K^T diag(beta gamma) Yv with Yv = T^T dU (W = T diag(beta gamma) K), one 16 x 16
+//   product on its chain, so that no pass makes W.
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
 // for chunk_dstate_mma on the H200 at the 27B shape.
-// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), and with STAGE_W w4
-// ([B, T, nv, D/4]), else gates.
+// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]) and gates ([3][B, T, nv]).
 #define NSG 8u
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
@@ -25,9 +25,9 @@
 #define PP 6u
 shared uvec2 kh[16u * DP], kl[16u * DP];  // K~ hi, lo
 shared uvec2 qh[16u * DP], ql[16u * DP];  // Q~ hi, lo
-shared uvec2 xh[16u * DP], xl[16u * DP];  // -W (STAGE_W) or -K^ = -diag(gamma) K, hi, lo
+shared uvec2 xh[16u * DP], xl[16u * DP];  // -diag(beta gamma) K (DSTATE_STAGE) or -K^ = -diag(gamma) K, hi, lo
 shared uvec2 ph[16u * PP], pl[16u * PP];  // P hi, lo
-shared uvec2 th[16u * PP], tl[16u * PP];  // T diag(beta), or T with STAGE_W, [i][j] hi, lo (rows as P's)
+shared uvec2 th[16u * PP], tl[16u * PP];  // T diag(beta), or T with DSTATE_STAGE, [i][j] hi, lo (rows as P's)
 // Per subgroup, two fp32 16 x 16 tiles [row i][column] (each pass says what they hold).
 shared float tiles[NSG * 2u * 256u];
 
@@ -68,12 +68,12 @@ float row_total(uint i) {
 // One invocation's share of a chunk's operators.
 struct Operators {
   vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
-#ifdef STAGE_W
-  vec4 w[2];           // and of W
-#endif
   float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
+#ifdef DSTATE_STAGE
+  float bei[2];        // beta of those rows
+#endif
   vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
-  vec4 t;              // T diag(beta), or T with STAGE_W, likewise
+  vec4 t;              // T diag(beta), or T with DSTATE_STAGE, likewise
 };
 
 Operators fetch_operators(Chunk k, uint tid) {
@@ -82,16 +82,13 @@ Operators fetch_operators(Chunk k, uint tid) {
     const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
-#ifdef STAGE_W
-    f.w[e] = vec4(0.0);
+#ifdef DSTATE_STAGE
+    f.bei[e] = i < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, i)] : 0.0;  // beta is gates[1]
 #endif
     if (i < k.L) {
       const uint bt = k.b * pc.t + k.t0 + i;
       f.k[e] = qkn4[qk_at(QK_K, bt, k.ko) / 4u + r4];
       f.q[e] = qkn4[qk_at(QK_Q, bt, k.ko) / 4u + r4];
-#ifdef STAGE_W
-      f.w[e] = w4[head_row(k, i) * (D / 4u) + r4];
-#endif
     }
   }
   f.lgam = chunk_lg(k, CH - 1u);
@@ -100,7 +97,7 @@ Operators fetch_operators(Chunk k, uint tid) {
   if (tid < 64u && tid / 4u < k.L) {
     f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
     f.t = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
-#ifndef STAGE_W
+#ifndef DSTATE_STAGE
     const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
     vec4 be;
     [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
@@ -110,14 +107,15 @@ Operators fetch_operators(Chunk k, uint tid) {
   return f;
 }
 
-// Stages K~, Q~, -W or -K^, P and T diag(beta) or T, split into fp16 pairs. Between two workgroup barriers.
+// Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs. Between two
+// workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
     PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * f.q[e])
-#ifdef STAGE_W
-    PUT_SPLIT4(xh, xl, at, -f.w[e])
+#ifdef DSTATE_STAGE
+    PUT_SPLIT4(xh, xl, at, -f.bei[e] * exp(f.lgi[e]) * f.k[e])
 #else
     PUT_SPLIT4(xh, xl, at, -exp(f.lgi[e]) * f.k[e])
 #endif

@@ -122,13 +122,11 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
 // chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg,
 // beta, A.
 constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
-// chunk_w: one fp32 16 x 16 tile per subgroup (8) and T diag(beta gamma) of a batch of 4 heads.
-constexpr std::uint32_t chunk_w_shared() { return (8 * 256 + 4 * 256) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
 // The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike (chunk_mma.glsl):
-// K~, Q~, -diag(gamma) K or -W as fp16 pairs [16 rows][136], P and T diag(beta) or T as fp16 pairs [16][24],
+// K~, Q~, -diag(gamma) K or -diag(beta gamma) K as fp16 pairs [16 rows][136], P and T diag(beta) or T as fp16 pairs [16][24],
 // two fp32 16 x 16 tiles per subgroup (8); lg, bet; the row sums of the norm's forward or backward
 // ([8][16]).
 constexpr std::uint32_t matrix_pass_shared() {
@@ -186,12 +184,11 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 20, matrix_pass_shared(), {32, ch}, 32);
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 19, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 8, chunk_factors_shared(), {32, ch}, 32);
     k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 10,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);
-    k.chunk_w = make(dev, "chunk_w", spirv::chunk_w, 5, chunk_w_shared(), {}, 32);
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14, matrix_pass_shared(), {32, ch}, 32);
   }
   return k;

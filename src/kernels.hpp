@@ -71,9 +71,9 @@ struct ChunkedKernels {
   /// pair pass's 16 x 16 right factors.
   std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_factors, chunk_pair_bwd_mma;
   /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
-  /// for the v-heads that share the k-head), with a tape chunk_w (W for the backward, likewise), then
+  /// for the v-heads that share the k-head), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
-  std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_w, chunk_fwd_mma;
+  std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
 /// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and

@@ -72,16 +72,16 @@ struct ForwardState {
   std::unique_ptr<gpu::Buffer> ck;     // state checkpoints (layout per family)
   std::unique_ptr<gpu::Buffer> kv;     // [B, T, nv*D] kv per step (column-split family, with a tape);
                                        // the matrix units' chunked forward: u per step (with a tape)
-  // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd; W: chunk_w), which
-  // its backward reuses: [B, T, nv, X] with X = D (W, with a tape only), CH (T, P), 1 (lg).
-  std::unique_ptr<gpu::Buffer> w, tm, pm, lgc;
+  // The matrix units' chunked forward's per-chunk operators (chunk_prep_fwd), which
+  // its backward reuses: [B, T, nv, X] with X = CH (T, P), 1 (lg).
+  std::unique_ptr<gpu::Buffer> tm, pm, lgc;
   // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
   // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
   std::unique_ptr<gpu::Buffer> x, gm;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
-  std::array<const std::unique_ptr<gpu::Buffer>*, 14> slots() const {
-    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &w, &tm, &pm, &lgc, &x, &gm};
+  std::array<const std::unique_ptr<gpu::Buffer>*, 13> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc, &x, &gm};
   }
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -272,8 +272,7 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       const std::size_t ch = interval(T);
       f.kv = buffer("u per step", keep ? BT * nv * kD : 1);
-      // for the backward only: W (chunk_w), X and G
-      if (keep) f.w = buffer("W per chunk", BT * nv * kD);
+      // for the backward only: X and G
       f.x = buffer("X per chunk", keep ? BT * nv * kD : 1);
       f.gm = buffer("G per chunk", keep ? std::size_t(B) * nk * nseg(T) * ch * ch : 1);
       f.tm = buffer("T per chunk", BT * nv * ch);
@@ -382,11 +381,6 @@ struct LayerImpl {
                  {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias), v(*f.gm)}, pc,
                  std::uint64_t(B) * cfg.nk * pc.nseg);
       r.mark("chunk_prep_fwd");  // gate_prep fused in
-      if (f.keep) {  // W, which only the backward reads
-        r.dispatch(*chunked.chunk_w, {v(*f.qkn), v(*f.gates), v(*f.lgc), v(*f.tm), v(*f.w)}, pc,
-                   std::uint64_t(B) * cfg.nk * pc.nseg);
-        r.mark("chunk_w");
-      }
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
                   v(*f.gates), v(y_of(f)), v(*f.x)},
@@ -422,9 +416,8 @@ struct LayerImpl {
     const gpu::Buffer& lgc = matrix ? *f.lgc : *bwd.lgc;
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
-                 {v(*f.qkn), v(lgc), v(*f.w), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z), v(norm),
-                  v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.gates), v(*bwd.dy), v(*bwd.dbx), v(*f.kv),
-                  v(*bwd.pdots)},
+                 {v(*f.qkn), v(lgc), v(*f.gates), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z),
+                  v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*bwd.dy), v(*bwd.dbx), v(*f.kv), v(*bwd.pdots)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
       r.dispatch(*chunked.chunk_factors,

@@ -150,7 +150,7 @@ const Case kLongChunks[] = {
     {"rep3_T64_cs16", 2, 64, 6, 2, 4, 16},  // four full chunks of the matrix units' length
     {"rep3_T20_cs16", 2, 20, 3, 1, 4, 16},  // one pair of chunks, the second of four tokens (no stored state)
     {"rep5_T40_cs16", 1, 40, 10, 2, 4, 16},  // five v-heads per key head: two batches of heads in
-                                             // chunk_prep_fwd and chunk_w; a pair and a lone last chunk
+                                             // chunk_prep_fwd; a pair and a lone last chunk
 };
 INSTANTIATE_TEST_SUITE_P(LongChunks, Parity,
                          ::testing::Combine(::testing::ValuesIn(kLongChunks), ::testing::Values(kChunked)),
