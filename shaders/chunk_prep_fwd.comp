@@ -8,8 +8,8 @@
 //   P_h[i][j] = exp(lg_i - lg_j) H[i][j]  (j <= i)
 // with lg and beta of head h. Stores T, P and lg, the gates g, beta and a + dt_bias (gate_prep's
 // work, fused in: the matrix units' forward runs no gate_prep), and G where a tape is kept (the
-// backward's dbeta reads it). W = T diag(beta gamma) K is made by chunk_w where a tape is kept (the
-// forward takes its products as ones with diag(gamma) K and T diag(beta)).
+// backward's dbeta reads it). No pass makes W = T diag(beta gamma) K: the forward takes its products
+// as ones with diag(gamma) K and T diag(beta), the backward as ones with diag(beta gamma) K and T.
 // G and H are 16 x 16 x 128 products on the matrix units (mma.glsl): subgroup s makes their shares
 // over key dims 16 s .. 16 s + 15, the workgroup adds the 8. The per-head part runs HB heads at a
 // time (the group of the 27B shape, 3, in one batch).
