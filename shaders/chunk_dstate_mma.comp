@@ -56,9 +56,9 @@ layout(set = 0, binding = 18) writeonly buffer Pdots { float pdots[]; }; // [B, 
 #define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
-// Yv of chunk k, held transposed (y = Yv^T [column][i]), through the subgroup's tile at t_at: stores Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv. Then
-// its shares of the pair dots, transposed ([j][i]): U dO^T into the dO tile t_do (which still holds
-// the chunk's dO), X Yv^T into t_at.
+// Yv of chunk k, held transposed (y = Yv^T [column][i]), through the subgroup's tile at t_at: stores
+// Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv; then leaves
+// its share of the pair dot X Yv^T ([j][i]) in that tile (the step left U dO^T's in the dO tile).
 // The lane's X rows (xr) and beta (be) of the chunk's rows tile_row(lane, e) come loaded.
 void yv_out(Chunk k, F32M y, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
   coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
@@ -112,7 +112,7 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = 16u * sg;                        // the subgroup's first state column
-  const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO, and Yv on its way out
+  const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO (then its U dO^T share), Yv (then X Yv^T)
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
@@ -120,8 +120,8 @@ void main() {
   F32M dst[8];  // dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
 
-  // A chunk's o, z and dout rows (the norm's inputs) are loaded while the chunk after it (the one
-  // before in this pass's order) updates its state, so that their latency is off the serial chain
+  // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
+  // (the one before in this pass's order) updates its state, so that their latency is off the chain
   // (H200: 0.577 -> 0.547 ms). Its operators are loaded here, not a chunk ahead: ahead measured
   // slower wherever they were loaded (0.61 right after the staging barrier, 0.58 beside these rows).
   vec4 o_next[2], z_next[2], g_next[2], u_next[2];
@@ -133,14 +133,13 @@ void main() {
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
   F32M yt;  // Yv^T of the chunk (for yv_out at the next step)
-  vec4 xr[2], ur[2];  // the chunk's X and U rows and beta, loaded during its step for yv_out at the next
+  vec4 xr[2];   // the chunk's X rows and beta, loaded during its step for yv_out at the next
   float be[2];
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
     if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yt, xr, be, t_du, lane, col0, sg);  // the chunk before
-    vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, wd[2];
-    ur = u_next;
+    vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
@@ -181,7 +180,7 @@ void main() {
     {  // the subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here)
       F32M m;
       F16M ah, al;
-      PUT_LANE_TILE(t_du, lane, ur)
+      PUT_LANE_TILE(t_du, lane, u)
       TILE_SYNC()  // and every lane's load of dO^T is done
       coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
       split(m, ah, al);
