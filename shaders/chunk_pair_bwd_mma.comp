@@ -14,10 +14,10 @@
 // checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - K_b^T diag(beta_b gamma_b) Yv_b
-// (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's traffic,
-// are read once per two chunks. Each subgroup makes its chunk's products transposed, with the states on the
-// left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it makes again (Sm^T for
-// chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
+// (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's
+// traffic, are read once per two chunks. Each subgroup makes its chunk's products transposed, with
+// the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it
+// makes again (Sm^T for chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
 //   X1^T = S^T dO^T,  Y^T = S^T Yv^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
 // The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
 // and the six operands' (dO, Yv, U of both chunks) 16 columns [i][c], as fp16 pairs, loaded

@@ -303,9 +303,9 @@ struct LayerImpl {
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.du = buffer(chunked.chunk_dstate_mma ? "Yv = T^T dU per chunk" : "dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
-      // The CUDA-core passes hand W, dW, the pair dots and <dS, S0> from pass to pass through memory,
-      // and make T and lg; the matrix units' pair pass keeps the first in registers, and the backward
-      // reads T and lg from the tape.
+      // The matrix units' backward reads T and lg from the tape and hands chunk_dstate_mma's shares of
+      // dbeta and pair dots to chunk_factors, and its factors to the pair pass; the CUDA-core passes
+      // make T and lg, and hand W, dW, the pair dots and <dS, S0> from pass to pass.
       if (chunked.chunk_dstate_mma) {
         bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
         bwd.pdots = buffer("pair dots per chunk", std::size_t(B) * nv * nseg(T) * 2 * 16 * 16);
