@@ -73,7 +73,10 @@ struct Operators {
   float bei[2];        // beta of those rows
 #endif
   vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
-  vec4 t;              // T diag(beta), or T with DSTATE_STAGE, likewise
+  vec4 t;              // T, likewise
+#ifndef DSTATE_STAGE
+  vec4 be;             // beta of T's columns 4 (tid % 4) .. (T diag(beta) is made as it is staged)
+#endif
 };
 
 Operators fetch_operators(Chunk k, uint tid) {
@@ -94,14 +97,15 @@ Operators fetch_operators(Chunk k, uint tid) {
   f.lgam = chunk_lg(k, CH - 1u);
   f.p = vec4(0.0);
   f.t = vec4(0.0);
+#ifndef DSTATE_STAGE
+  f.be = vec4(0.0);
+#endif
   if (tid < 64u && tid / 4u < k.L) {
     f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
     f.t = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
 #ifndef DSTATE_STAGE
     const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
-    vec4 be;
-    [[unroll]] for (uint l = 0u; l < 4u; ++l) be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
-    f.t *= be;
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) f.be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
 #endif
   }
   return f;
@@ -122,6 +126,10 @@ void stage_operators(Operators f, uint tid) {
   }
   if (tid < 64u) {
     PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
+#ifdef DSTATE_STAGE
     PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
+#else
+    PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t * f.be)
+#endif
   }
 }
