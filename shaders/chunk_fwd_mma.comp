@@ -161,7 +161,7 @@ void main() {
       MMA_SPLIT(o, o_lo, uh, ul, bh_, bl)
     }
     o = unsplit(o, o_lo);
-    coopMatStoreNV(u, tiles, t_u, 16u, true);  // U [i][column]
+    if (pc.keep != 0u) coopMatStoreNV(u, tiles, t_u, 16u, true);  // U [i][column], for the tape
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     TILE_SYNC()
     vec4 o8[2];  // the lane's elements of O
