@@ -75,7 +75,8 @@ struct Operators {
   vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
   vec4 t;              // T, likewise
 #ifndef DSTATE_STAGE
-  vec4 be;             // beta of T's columns 4 (tid % 4) .. (T diag(beta) is made as it is staged)
+  vec4 be;             // beta of T's columns 4 (tid % 4) .. (T diag(beta) is made as it is staged: made
+                       // in the fetch, the two fetching subgroups waited there for the loads mid-step)
 #endif
 };
 
