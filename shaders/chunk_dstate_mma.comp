@@ -177,17 +177,6 @@ void main() {
     coopMatLoadNV(dOt, tiles, t_do, 16u, true);
     F16M oh, ol;
     split(dOt, oh, ol);
-    {  // the subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here)
-      F32M m;
-      F16M ah, al;
-      PUT_LANE_TILE(t_du, lane, u)
-      TILE_SYNC()  // and every lane's load of dO^T is done
-      coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
-      split(m, ah, al);
-      m = F32M(0.0);
-      mma_split_into(m, ah, al, oh, ol);
-      coopMatStoreNV(m, tiles, t_do, 16u, false);
-    }
     F32M du = F32M(0.0), du_lo = F32M(0.0);
     {
       F16M bh_, bl;
@@ -201,6 +190,17 @@ void main() {
       coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
       coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
+    }
+    {  // the subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here; made while dU's products are in flight)
+      F32M m;
+      F16M ah, al;
+      PUT_LANE_TILE(t_du, lane, u)
+      TILE_SYNC()  // and every lane's load of dO^T is done
+      coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
+      split(m, ah, al);
+      m = F32M(0.0);
+      mma_split_into(m, ah, al, oh, ol);
+      coopMatStoreNV(m, tiles, t_do, 16u, false);
     }
     du = unsplit(du, du_lo);
 
