@@ -191,7 +191,9 @@ void main() {
       coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
     }
-    {  // the subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here; made while dU's products are in flight)
+    // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
+    // made while dU's products are in flight (H200: 0.634 ms against 0.641 made before them, 0.649 after Yv).
+    {
       F32M m;
       F16M ah, al;
       PUT_LANE_TILE(t_du, lane, u)
