@@ -76,6 +76,8 @@ struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
+/// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/chunk_factors.glsl).
+inline constexpr std::uint32_t kChunkFactors = 5;
 /// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
 /// per-head families, the chunk length of the chunked one.
 inline constexpr int kDefaultInterval = 8;

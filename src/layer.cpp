@@ -112,7 +112,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> dbx;  // matrix units: [B, T, nv, 8] dbeta's sum_c X o Yv, by 16 value dims
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
-  std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][5][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
+  std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -309,7 +309,7 @@ struct LayerImpl {
       if (chunked.chunk_dstate_mma) {
         bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
         bwd.pdots = buffer("pair dots per chunk", std::size_t(B) * nv * nseg(T) * 2 * 16 * 16);
-        bwd.fac = buffer("pair pass factors per chunk", std::size_t(B) * nv * nseg(T) * 5 * 2 * 16 * 16 / 2);
+        bwd.fac = buffer("pair pass factors per chunk", std::size_t(B) * nv * nseg(T) * kChunkFactors * 2 * 16 * 16 / 2);
       } else {
         const std::size_t chunks = std::size_t(B) * nv * nseg(T);
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
