@@ -298,7 +298,7 @@ struct LayerImpl {
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("dqk partials", BT * nv * kColumnBlocks * kPartialWords);
     } else {
-      const std::size_t slots = state_slots(T);
+      const std::size_t slots = state_slots(T), chunks = std::size_t(B) * nv * nseg(T);
       bwd.do_ = buffer("do (grad of o)", BT * nv * kD);
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.du = buffer(chunked.chunk_dstate_mma ? "Yv = T^T dU per chunk" : "dU per chunk", BT * nv * kD);
@@ -308,10 +308,9 @@ struct LayerImpl {
       // make T and lg, and hand W, dW, the pair dots and <dS, S0> from pass to pass.
       if (chunked.chunk_dstate_mma) {
         bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
-        bwd.pdots = buffer("pair dots per chunk", std::size_t(B) * nv * nseg(T) * 2 * 16 * 16);
-        bwd.fac = buffer("pair pass factors per chunk", std::size_t(B) * nv * nseg(T) * kChunkFactors * 2 * 16 * 16 / 2);
+        bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
+        bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
       } else {
-        const std::size_t chunks = std::size_t(B) * nv * nseg(T);
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
         bwd.sdot = buffer("<dS, S0> per chunk", chunks);
