@@ -54,18 +54,22 @@ layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the s
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
 layout(set = 0, binding = 3) readonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][factor][hi, lo][16][4] (chunk_factors)
-layout(set = 0, binding = 4) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 5) readonly buffer Do4 { vec4 do4[]; };       // [B, T, nv*D/4] dO (chunk_dstate_mma)
-layout(set = 0, binding = 6) readonly buffer Yv4 { vec4 yv4[]; };       // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
-layout(set = 0, binding = 7) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, pair slots, D, D/4] S0
-layout(set = 0, binding = 8) readonly buffer Dsc4 { vec4 dsc4[]; };     // [B, nv, pair slots, D, D/4] dSe
+// Phase 1's ring of loads (bindings 4 to 8) is volatile: so marked, the loads stay where they are
+// issued, DEPTH rounds ahead of their use (H200: 1.136-1.140 ms against 1.172-1.182 without; the
+// states alone 1.140; coherent the same). The serial passes measured 0.08-0.1 ms slower with
+// their prefetches so marked.
+layout(set = 0, binding = 4) volatile readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 5) volatile readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4] dO (chunk_dstate_mma)
+layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
+layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
+layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
 
 #include "chunk.glsl"
 #include "chunk_factors.glsl"
 
 #define RC 16u    // value dims per round
-#define DEPTH 2u  // rounds of loads in flight (H200: 1.005 ms against 1.023 at 3, whose registers spill)
+#define DEPTH 2u  // rounds of loads in flight (H200, volatile: 1.136 ms against 1.149 at 1 and 1.159 at 3)
 // The fp16 stages are uvec2s (4 halves: one 64-bit store per invocation and array), which the matrix
 // loads index in uvec2s.
 #define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
