@@ -34,7 +34,7 @@ struct CommonKernels {
   std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/conv_fwd.comp, conv.glsl).
-constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 16;
+constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
 /// (shaders/conv.glsl).
 inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C, std::uint64_t tokens) {
