@@ -71,4 +71,8 @@ void load_chunk_gates(Chunk k, uint tid) {
 // lg of row i of the chunk as chunk_prep stored it ([B, T, nv]); padding rows repeat the last.
 // Needs a binding `lgc`.
 float chunk_lg(Chunk k, uint i) { return lgc[(k.b * pc.t + k.t0 + min(i, k.L - 1u)) * pc.nv + k.h]; }
+#ifndef CHUNK_NO_GATES  // (defined by the passes with no gates binding)
+// beta of row i of the chunk from gates ([3][B, T, nv]: g, beta, a + dt_bias); padding rows 0.
+float chunk_beta(Chunk k, uint i) { return i < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, i)] : 0.0; }
+#endif
 #endif

@@ -19,6 +19,7 @@ layout(set = 0, binding = 3) readonly buffer Do { float do_in[]; };     // [B, T
 layout(set = 0, binding = 4) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
 
+#define CHUNK_NO_GATES
 #include "chunk.glsl"
 
 #define COLS 32u      // state columns per workgroup

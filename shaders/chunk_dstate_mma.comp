@@ -208,7 +208,7 @@ void main() {
 
     FETCH_TILE(x4, k, lane, col0, xr)
     [[unroll]] for (uint e = 0u; e < 2u; ++e)
-      be[e] = tile_row(lane, e) < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tile_row(lane, e))] : 0.0;
+      be[e] = chunk_beta(k, tile_row(lane, e));
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
       FETCH_TILE(u4, kn, lane, col0, u_next)

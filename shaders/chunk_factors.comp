@@ -39,9 +39,8 @@ void main() {
   const uint bh = wg / nch, b = bh / pc.nv, h = bh % pc.nv;
   const Chunk k = chunk_of(b, h, wg % nch);
   const bool live = i < k.L && j < k.L;
-  const uint nbt = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   const float lg_i = chunk_lg(k, i), lg_j = chunk_lg(k, j);
-  const float be_j = j < k.L ? gates[nbt + head_row(k, j)] : 0.0;
+  const float be_j = chunk_beta(k, j);
   float m = 0.0, z = 0.0, g = 0.0;
   if (live) {
     const uint at = wg * 512u + tid;
@@ -88,9 +87,7 @@ void main() {
       else if (c == CF_E1) x[l] = bet[col] * fs[col * 16u + r];
       else x[l] = bet[r] * fs[r * 16u + col];
     }
-    const vec4 hi = hi_part(x);
     const uint at = factor_at(wg, c, r) + q;
-    fac[at] = pack_half4(hi);
-    fac[at + 64u] = pack_half4((x - hi) * LO);
+    PUT_SPLIT4_TO(fac[at], fac[at + 64u], x)  // hi, lo: 64 uvec2s apart (chunk_factors.glsl)
   }
 }

@@ -24,7 +24,7 @@ layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, n
 // Row tid of the chunk (tid < CH): its lg and beta (padding rows: beta 0), for put_chunk_rows.
 vec2 fetch_chunk_row(Chunk k, uint tid) {
   if (tid >= CH) return vec2(0.0);
-  return vec2(chunk_lg(k, tid), tid < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, tid)] : 0.0);  // gates: [3][B, T, nv]
+  return vec2(chunk_lg(k, tid), chunk_beta(k, tid));
 }
 // The rows fetch_chunk_row loaded into lg[], bet[]. Ends with a barrier.
 void put_chunk_rows(vec2 row, uint tid) {

@@ -87,7 +87,7 @@ Operators fetch_operators(Chunk k, uint tid) {
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
 #ifdef DSTATE_STAGE
-    f.bei[e] = i < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, i)] : 0.0;  // beta is gates[1]
+    f.bei[e] = chunk_beta(k, i);
 #endif
     if (i < k.L) {
       const uint bt = k.b * pc.t + k.t0 + i;
@@ -105,8 +105,7 @@ Operators fetch_operators(Chunk k, uint tid) {
     f.p = p4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
     f.t = t4[head_row(k, tid / 4u) * (CH / 4u) + tid % 4u];
 #ifndef DSTATE_STAGE
-    const uint j0 = 4u * (tid % 4u), n = pc.nb * pc.t * pc.nv;  // beta is gates[1]
-    [[unroll]] for (uint l = 0u; l < 4u; ++l) f.be[l] = j0 + l < k.L ? gates[n + head_row(k, j0 + l)] : 0.0;
+    [[unroll]] for (uint l = 0u; l < 4u; ++l) f.be[l] = chunk_beta(k, 4u * (tid % 4u) + l);
 #endif
   }
   return f;

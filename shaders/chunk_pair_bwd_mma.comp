@@ -91,11 +91,7 @@ shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
 shared float row_p[16u * 16u];  // per subgroup: its share of the row sums of dlg [sg][i]
 
 // Stores x split into its fp16 pair at pool[hi_at] and pool[lo_at].
-void put_split4(uint hi_at, uint lo_at, vec4 x) {
-  const vec4 h = hi_part(x);
-  pool[hi_at] = pack_half4(h);
-  pool[lo_at] = pack_half4((x - h) * LO);
-}
+void put_split4(uint hi_at, uint lo_at, vec4 x) PUT_SPLIT4_TO(pool[hi_at], pool[lo_at], x)
 
 // ---- phase 1 ----
 
@@ -244,7 +240,7 @@ void main() {
     const Chunk kr = tid < 16u ? ka : kb;
     const uint i = tid % 16u;
     lgp[tid] = tid < 16u || has_b ? chunk_lg(kr, i) : 0.0;
-    betp[tid] = i < kr.L ? gates[pc.nb * pc.t * pc.nv + head_row(kr, i)] : 0.0;  // gates: [3][B, T, nv]
+    betp[tid] = chunk_beta(kr, i);
   }
   barrier();
   const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;

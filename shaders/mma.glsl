@@ -18,15 +18,17 @@
 // arithmetic, so that no compiler folds fp16(fp32(fp16(x))) - x to 0 (one did: the lo halves vanished).
 vec4 hi_part(vec4 x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
 float hi_part(float x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
-// Stores x (4 consecutive elements) split into its pair, at element `at` of the arrays hi and lo of
-// uvec2 (4 halves each: one 64-bit store per array). Matrix loads index such arrays in uvec2s.
+// Stores x (4 consecutive elements) split into its pair, as two uvec2 (4 halves each: one 64-bit
+// store per half) at the lvalues hi_at and lo_at. Matrix loads index such arrays in uvec2s.
 uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2x16(f16vec2(x.zw))); }
-#define PUT_SPLIT4(hi, lo, at, x)              \
+#define PUT_SPLIT4_TO(hi_at, lo_at, x)         \
   {                                            \
     const vec4 x_ = (x), h_ = hi_part(x_);     \
-    hi[at] = pack_half4(h_);                   \
-    lo[at] = pack_half4((x_ - h_) * LO);       \
+    hi_at = pack_half4(h_);                    \
+    lo_at = pack_half4((x_ - h_) * LO);        \
   }
+// The same at element `at` of the arrays hi and lo.
+#define PUT_SPLIT4(hi, lo, at, x) PUT_SPLIT4_TO(hi[at], lo[at], x)
 // The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
 void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
