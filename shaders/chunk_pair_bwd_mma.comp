@@ -55,9 +55,9 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
 layout(set = 0, binding = 3) readonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][factor][hi, lo][16][4] (chunk_factors)
 // Phase 1's ring of loads (bindings 4 to 8) is volatile: so marked, the loads stay where they are
-// issued, DEPTH rounds ahead of their use (H200: 1.136-1.140 ms against 1.172-1.182 without; the
-// states alone 1.140; coherent the same). The serial passes measured 0.08-0.1 ms slower with
-// their prefetches so marked.
+// issued, DEPTH rounds ahead of their use (H200: 1.136-1.149 ms against 1.167-1.190 without; the
+// states alone 1.140; coherent the same). The serial passes' prefetches so marked measured slower
+// or no faster (bench/RESULTS.md, thirteenth session).
 layout(set = 0, binding = 4) volatile readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) volatile readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4] dO (chunk_dstate_mma)
 layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
