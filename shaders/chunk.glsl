@@ -15,7 +15,9 @@
 layout(constant_id = 1) const uint CH = 32;  // chunk length, 1 .. 32
 #define RW 258u
 
+#ifndef CHUNK_NO_SHARED_GATES  // (defined by the passes that keep their gates elsewhere)
 shared float lg[CH], bet[CH];
+#endif
 
 struct Chunk {
   uint b, h, ko;  // window, value head, its key head

@@ -19,9 +19,9 @@
 // the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it
 // makes again (Sm^T for chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
 //   X1^T = S^T dO^T,  Y^T = S^T Yv^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
-// The value dims c pass through shared memory 16 at a time (8 rounds): the two states' 16 rows [c][r]
-// and the six operands' (dO, Yv, U of both chunks) 16 columns [i][c], as fp16 pairs, loaded
-// DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -(diag(beta gamma) K_b)^T stay in
+// The value dims c pass through shared memory 32 at a time (4 rounds, two 16-column blocks each):
+// the two states' 32 rows [c][r] and the six operands' (dO, Yv, U of both chunks) 32 columns [i][c],
+// as fp16 pairs, loaded DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -(diag(beta gamma) K_b)^T stay in
 // registers.
 //
 // Phase 2, each half of the workgroup its chunk's gradients, from X1^T, Y^T and X2^T as phase 1
@@ -37,10 +37,12 @@
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
 // (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
 // dk^ and d(log g) are written once (qk_bwd2 reads them; chunk_factors wrote its dbeta). Phase 2
-// needs no barrier but the one before the rows' sums: each subgroup starts it as it ends phase 1.
+// has two barriers: one before its first tile (its tiles take phase 1's stages; its loads are issued
+// before it) and one before the rows' sums.
 //
-// Shared memory: the stages of phase 1 (`pool`, 26 KiB) and one fp32 16 x 16 tile per subgroup for
-// phase 2 (`tiles`, 16 KiB), under the 48 KiB a workgroup gets on the devices this pass runs on.
+// Shared memory: one float array, `tiles`, holds phase 1's stages (46.5 KiB of fp16 pairs, two
+// halves to a float) and then phase 2's fp32 16 x 16 tile per subgroup (16 KiB); with the sums below
+// it is 47.9 KiB, under the 48 KiB a workgroup gets on the devices this pass runs on.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -65,33 +67,42 @@ layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    //
 layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
 
+#define CHUNK_NO_SHARED_GATES  // (lgp, betp below)
 #include "chunk.glsl"
 #include "chunk_factors.glsl"
 
-#define RC 16u    // value dims per round
-#define DEPTH 2u  // rounds of loads in flight (H200, volatile: 1.136 ms against 1.149 at 1 and 1.159 at 3)
-// The fp16 stages are uvec2s (4 halves: one 64-bit store per invocation and array), which the matrix
-// loads index in uvec2s.
-#define SDP 34u  // row stride (uvec2s) of the staged states: 272 bytes, rows in distinct banks
-#define OPP 6u   // row stride (uvec2s) of the staged operands: 48 bytes, likewise
-
-// The pool's regions, in uvec2s. Phase 1: the states S0, dSe [state][c][r] and the operands dO, Yv,
-// U of a, then of b, [operand][i][c], each as an hi and a lo stage.
-#define NOP 6u  // operands staged
-#define ST_HI 0u
-#define ST_LO (2u * RC * SDP)
-#define OP_HI (2u * ST_LO)
-#define OP_LO (OP_HI + NOP * 16u * OPP)
-#define POOL (OP_LO + NOP * 16u * OPP)  // 3328 uvec2s, 26 KiB
-shared uvec2 pool[POOL];
-shared float tiles[16u * 256u];  // per subgroup, one fp32 16 x 16 tile (phase 2)
+#define RC 32u    // value dims per round: two 16-column blocks (four rounds, eight barriers)
+#define DEPTH 1u  // rounds of loads in flight
+// The stages are rows of fp16 pairs, each row's hi halves then its lo halves, in uvec2s (4 halves:
+// one 64-bit store per invocation), which the matrix loads index in uvec2s (pool_load):
+// - the states S0, dSe, [state][c][r]: rows of 32 hi + 32 lo uvec2 and 2 of padding, SDR apart
+//   (528 bytes: the 8 rows of one 128-bit matrix load phase fall in distinct banks);
+// - the operands dO, Yv, U of a, then of b, [operand][i][c]: rows of 8 hi + 8 lo and 2 of
+//   padding, OPR apart (144 bytes, likewise).
+#define SDR 66u
+#define SLO 32u  // offset of a state row's lo halves
+#define OPR 18u
+#define OLO 8u   // offset of an operand row's lo halves
+#define NOP 6u   // operands staged
+#define OPB (2u * RC * SDR)             // the operand stage's start
+#define POOL (OPB + NOP * 16u * OPR)    // 5952 uvec2s, 46.5 KiB
+shared float tiles[2u * POOL];  // phase 1: the stages (uvec2 at = floats 2 at, 2 at + 1); phase 2: per subgroup a 16 x 16 tile
 shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
 shared float row_p[16u * 16u];  // per subgroup: its share of the row sums of dlg [sg][i]
 
-// Stores x split into its fp16 pair at pool[hi_at] and pool[lo_at].
-void put_split4(uint hi_at, uint lo_at, vec4 x) PUT_SPLIT4_TO(pool[hi_at], pool[lo_at], x)
+// A matrix load of the stages at uvec2 `at`, rows `stride` uvec2s apart.
+#define POOL_LOAD(m, at, stride, col_major) coopMatLoadNV(m, tiles, 2u * (at), 2u * (stride), col_major)
+// Stores x split into its fp16 pair: the hi halves at uvec2 `at`, the lo halves `lo` further.
+void put_split4(uint at, uint lo, vec4 x) {
+  const vec4 h = hi_part(x);
+  const uvec2 hh = pack_half4(h), ll = pack_half4((x - h) * LO);
+  tiles[2u * at] = uintBitsToFloat(hh.x);
+  tiles[2u * at + 1u] = uintBitsToFloat(hh.y);
+  tiles[2u * (at + lo)] = uintBitsToFloat(ll.x);
+  tiles[2u * (at + lo) + 1u] = uintBitsToFloat(ll.y);
+}
 
 // ---- phase 1 ----
 
@@ -100,55 +111,59 @@ void put_split4(uint hi_at, uint lo_at, vec4 x) PUT_SPLIT4_TO(pool[hi_at], pool[
 #define OP_YV 1u
 #define OP_U 2u
 
-// One invocation's loads of a round: vec4 tid of each state's 16 x 128 rows and of the operands'
-// 6 x 16 x 16 (invocations 0 .. 383).
+// One invocation's loads of a round: vec4s tid and tid + 512 of each state's 32 x 128 rows (rows
+// tid / 32 and 16 + tid / 32), and of the operands' 6 x 16 x 32 (768 vec4s: the second for tid < 256).
 struct Round {
-  vec4 s0, ds, op;
+  vec4 s0[2], ds[2], op[2];
 };
 
 Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
   Round f;
-  const uint at = ((c0 + tid / 32u) * D) / 4u + tid % 32u;  // row c0 + tid / 32, elements 4 (tid % 32) ..
-  f.s0 = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
-  f.ds = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
-  const uint slot = tid / 64u, i = (tid / 4u) % 16u, col = c0 + 4u * (tid % 4u);
-  const Chunk k = slot < 3u ? ka : kb;
-  const uint which = slot % 3u;
-  f.op = vec4(0.0);
-  if (slot < NOP && i < k.L) {
-    const uint bt = k.b * pc.t + k.t0 + i;
-    const uint o = ((bt * pc.nv + k.h) * D + col) / 4u;
-    if (which == OP_DO) f.op = do4[o];
-    else if (which == OP_YV) f.op = yv4[o];
-    else f.op = u4[o];
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint at = ((c0 + tid / 32u + 16u * e) * D) / 4u + tid % 32u;  // row c0 + tid / 32 + 16 e, elements 4 (tid % 32) ..
+    f.s0[e] = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
+    f.ds[e] = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
+  }
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint o = tid + 512u * e, slot = o / 128u, i = (o / 8u) % 16u, col = c0 + 4u * (o % 8u);
+    const Chunk k = slot < 3u ? ka : kb;
+    const uint which = slot % 3u;
+    f.op[e] = vec4(0.0);
+    if (slot < NOP && i < k.L) {
+      const uint bt = k.b * pc.t + k.t0 + i;
+      const uint at = ((bt * pc.nv + k.h) * D + col) / 4u;
+      if (which == OP_DO) f.op[e] = do4[at];
+      else if (which == OP_YV) f.op[e] = yv4[at];
+      else f.op[e] = u4[at];
+    }
   }
   return f;
 }
 
 void stage_round(Round f, uint tid) {
-  const uint at = (tid / 32u) * SDP + tid % 32u;
-  put_split4(ST_HI + at, ST_LO + at, f.s0);
-  put_split4(ST_HI + RC * SDP + at, ST_LO + RC * SDP + at, f.ds);
-  const uint op = (tid / 4u) * OPP + tid % 4u;  // (operand tid / 64, row (tid / 4) % 16)
-  if (tid < NOP * 64u) put_split4(OP_HI + op, OP_LO + op, f.op);
-}
-// Stages a chunk's [16][128] operand rows (each invocation's vec4) at offset `at0` of the state stage.
-void stage_rows(uint at0, vec4 x, uint tid) {
-  const uint at = at0 + (tid / 32u) * SDP + tid % 32u;
-  put_split4(ST_HI + at, ST_LO + at, x);
-}
-
-// Operand `slot` of the stage as the right factor: [i][c] (row-major) or its transpose [c][i].
-#define LOAD_OP(h, l, slot, transposed)                                      \
-  {                                                                          \
-    coopMatLoadNV(h, pool, OP_HI + (slot) * 16u * OPP, OPP, transposed);     \
-    coopMatLoadNV(l, pool, OP_LO + (slot) * 16u * OPP, OPP, transposed);     \
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint at = (tid / 32u + 16u * e) * SDR + tid % 32u;
+    put_split4(at, SLO, f.s0[e]);
+    put_split4(RC * SDR + at, SLO, f.ds[e]);
+    const uint o = tid + 512u * e;  // (operand o / 128, row (o / 8) % 16, uvec2 o % 8)
+    if (o < NOP * 128u) put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, f.op[e]);
   }
-// The state stage at uvec2 `at`, read column-major: [r][c] of a [c][r] stage.
-#define LOAD_STATE_T(h, l, at)                                \
-  {                                                           \
-    coopMatLoadNV(h, pool, ST_HI + (at), SDP, true);          \
-    coopMatLoadNV(l, pool, ST_LO + (at), SDP, true);          \
+}
+// Stages a chunk's [16][128] operand rows (each invocation's vec4) at row `row0` of the state stage.
+void stage_rows(uint row0, vec4 x, uint tid) { put_split4((row0 + tid / 32u) * SDR + tid % 32u, SLO, x); }
+
+// Columns 16 j .. of operand `slot` of the stage as the right factor: [i][c] (row-major) or its
+// transpose [c][i].
+#define LOAD_OP(h, l, slot, j, transposed)                                   \
+  {                                                                          \
+    POOL_LOAD(h, OPB + (slot) * 16u * OPR + 4u * (j), OPR, transposed);       \
+    POOL_LOAD(l, OPB + (slot) * 16u * OPR + 4u * (j) + OLO, OPR, transposed); \
+  }
+// The state stage from row `row` at uvec2 `col`, read column-major: [r][c] of a [c][r] stage.
+#define LOAD_STATE_T(h, l, row, col)                        \
+  {                                                         \
+    POOL_LOAD(h, (row) * SDR + (col), SDR, true);           \
+    POOL_LOAD(l, (row) * SDR + (col) + SLO, SDR, true);     \
   }
 
 // ---- phase 2 ----
@@ -244,15 +259,11 @@ void main() {
   F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
     stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
-    stage_rows(RC * SDP, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
-    const vec4 bgk = -(betp[16u + fi] * exp(lgp[16u + fi])) * fkb;  // -diag(beta gamma) K_b
-    put_split4(OP_HI + fi * SDP + fr4, OP_LO + fi * SDP + fr4, bgk);  // in the operands' stage (16 SDP rows fit in 6 x 16 OPP)
+    stage_rows(16u, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
+    stage_rows(RC, -(betp[16u + fi] * exp(lgp[16u + fi])) * fkb, tid);  // -diag(beta gamma) K_b
     barrier();
-    LOAD_STATE_T(c1h, c1l, (ab == 0u ? RC * SDP : 0u) + 4u * q)  // Q~_b or K~_a
-    if (ab == 0u) {  // -(diag(beta gamma) K_b)^T: column-major loads of the [i][r] stage
-      coopMatLoadNV(c2h, pool, OP_HI + 4u * q, SDP, true);
-      coopMatLoadNV(c2l, pool, OP_LO + 4u * q, SDP, true);
-    }
+    LOAD_STATE_T(c1h, c1l, ab == 0u ? 16u : 0u, 4u * q)  // Q~_b or K~_a
+    if (ab == 0u) LOAD_STATE_T(c2h, c2l, RC, 4u * q)   // -(diag(beta gamma) K_b)^T
   }
 
   // The chunk's X1^T, Y^T, X2^T: [r][i]
@@ -266,38 +277,39 @@ void main() {
     stage_round(cur, tid);
     if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
-
-    // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
-    // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b).
-    F16M eh, el, bh_, bl, ah, al;
-    LOAD_STATE_T(eh, el, ab * RC * SDP + 4u * q)
-    LOAD_STATE_T(ah, al, (1u - ab) * RC * SDP + 4u * q)
-    const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
-    F32M made;
-    if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - K_b^T diag(beta gamma) Yv_b
-      made = other * gam_b;
-      LOAD_OP(bh_, bl, 3u + OP_DO, false)
-      mma_split_into(made, c1h, c1l, bh_, bl);
-      LOAD_OP(bh_, bl, 3u + OP_YV, false)
-      mma_split_into(made, c2h, c2l, bh_, bl);
-      sdot_part += dot_tiles(made, edge);
-    } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
-      made = other * gam_a;
-      LOAD_OP(bh_, bl, OP_U, false)
-      mma_split_into(made, c1h, c1l, bh_, bl);
-      sdot_part += dot_tiles(edge, made);
+    [[unroll]] for (uint j = 0u; j < RC / 16u; ++j) {  // the round's 16-column blocks
+      // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
+      // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b).
+      F16M eh, el, bh_, bl, ah, al;
+      LOAD_STATE_T(eh, el, ab * RC + 16u * j, 4u * q)
+      LOAD_STATE_T(ah, al, (1u - ab) * RC + 16u * j, 4u * q)
+      const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
+      F32M made;
+      if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - K_b^T diag(beta gamma) Yv_b
+        made = other * gam_b;
+        LOAD_OP(bh_, bl, 3u + OP_DO, j, false)
+        mma_split_into(made, c1h, c1l, bh_, bl);
+        LOAD_OP(bh_, bl, 3u + OP_YV, j, false)
+        mma_split_into(made, c2h, c2l, bh_, bl);
+        sdot_part += dot_tiles(made, edge);
+      } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
+        made = other * gam_a;
+        LOAD_OP(bh_, bl, OP_U, j, false)
+        mma_split_into(made, c1h, c1l, bh_, bl);
+        sdot_part += dot_tiles(edge, made);
+      }
+      // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
+      split(made, ah, al);
+      F16M sh, sl, dh, dl;
+      if (ab == 0u) { sh = eh; sl = el; dh = ah; dl = al; }
+      else { sh = ah; sl = al; dh = eh; dl = el; }
+      LOAD_OP(bh_, bl, ops + OP_DO, j, true)
+      mma_split_into(x1, sh, sl, bh_, bl);
+      LOAD_OP(bh_, bl, ops + OP_YV, j, true)
+      mma_split_into(w, sh, sl, bh_, bl);
+      LOAD_OP(bh_, bl, ops + OP_U, j, true)
+      mma_split_into(x2, dh, dl, bh_, bl);
     }
-    // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
-    split(made, ah, al);
-    F16M sh, sl, dh, dl;
-    if (ab == 0u) { sh = eh; sl = el; dh = ah; dl = al; }
-    else { sh = ah; sl = al; dh = eh; dl = el; }
-    LOAD_OP(bh_, bl, ops + OP_DO, true)
-    mma_split_into(x1, sh, sl, bh_, bl);
-    LOAD_OP(bh_, bl, ops + OP_YV, true)
-    mma_split_into(w, sh, sl, bh_, bl);
-    LOAD_OP(bh_, bl, ops + OP_U, true)
-    mma_split_into(x2, dh, dl, bh_, bl);
   }
 
   // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
@@ -319,6 +331,7 @@ void main() {
   // products below.
   F32M kt;
   F16M kth, ktl, wth, wtl;
+  barrier();  // phase 1's reads of the stages are done: its memory becomes the subgroups' tiles
   PUT_LANE_TILE(t_at, lane, xk)
   TILE_SYNC()
   coopMatLoadNV(kt, tiles, t_at, 16u, true);
