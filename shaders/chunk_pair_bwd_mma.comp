@@ -15,16 +15,18 @@
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - K_b^T diag(beta_b gamma_b) Yv_b
 // (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's
-// traffic, are read once per two chunks. Each subgroup makes its chunk's products transposed, with
+// traffic, are read once per two chunks. The diagonal scalings go onto the operands as they are
+// staged: U~ = diag(Gamma / gamma) U and dO~ = diag(gamma) dO, so that K~_a^T U_a = K_a^T U~_a and
+// Q~_b^T dO_b = Q_b^T dO~_b, and phase 2's X1g and X2g below come out of phase 1 as such. Each subgroup makes its chunk's products transposed, with
 // the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it
 // makes again (Sm^T for chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
-//   X1^T = S^T dO^T,  Y^T = S^T Yv^T,  X2^T = dS^T U^T,  Sm^T = Gamma_a S0^T + K~_a^T U_a, ...
+//   X1g^T = S^T dO~^T,  Y^T = S^T Yv^T,  X2g^T = dS^T U~^T,  Sm^T = Gamma_a S0^T + K_a^T U~_a, ...
 // The value dims c pass through shared memory 32 at a time (4 rounds, two 16-column blocks each):
 // the two states' 32 rows [c][r] and the six operands' (dO, Yv, U of both chunks) 32 columns [i][c],
-// as fp16 pairs, loaded DEPTH rounds ahead with coalesced vec4 reads. K~_a^T, Q~_b^T and -(diag(beta gamma) K_b)^T stay in
-// registers.
+// as fp16 pairs, loaded DEPTH rounds ahead with coalesced vec4 reads. K_a^T, Q_b^T and
+// -(diag(beta gamma) K_b)^T stay in registers.
 //
-// Phase 2, each half of the workgroup its chunk's gradients, from X1^T, Y^T and X2^T as phase 1
+// Phase 2, each half of the workgroup its chunk's gradients, from X1g^T, Y^T and X2g^T as phase 1
 // left them in its registers (the forms are chunk_grads.comp's, but for X and Yv). The chunk's
 // 16 x 16 matrices M and F (chunk_factors.comp, from the pair dots chunk_dstate_mma made) come as the
 // right factors [m][i] of the products, fp16 pairs loaded from memory (chunk_factors.glsl):
@@ -32,7 +34,7 @@
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
 //   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
 //   dM^T  = X2g^T + Q^T M + K^T E2       dK^T = dM^T - Y^T diag(beta gamma) + K^T E1
-// with X1g = diag(gamma) X1 and X2g = diag(Gamma / gamma) X2 (dW^T T diag(beta gamma) = -Y^T
+// with X1g = diag(gamma) X1 = dO~ S^T and X2g = diag(Gamma / gamma) X2 = U~ dS^T (dW^T T diag(beta gamma) = -Y^T
 // diag(beta gamma)). The row sums of d(log g) come from element-wise products of tiles of one layout:
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
 // (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
@@ -67,7 +69,7 @@ layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    //
 layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
 
-#define CHUNK_NO_SHARED_GATES  // (lgp, betp below)
+#define CHUNK_NO_SHARED_GATES  // (sc_do, sc_u below)
 #include "chunk.glsl"
 #include "chunk_factors.glsl"
 
@@ -87,7 +89,7 @@ layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T
 #define OPB (2u * RC * SDR)             // the operand stage's start
 #define POOL (OPB + NOP * 16u * OPR)    // 5952 uvec2s, 46.5 KiB
 shared float tiles[2u * POOL];  // phase 1: the stages (uvec2 at = floats 2 at, 2 at + 1); phase 2: per subgroup a 16 x 16 tile
-shared float lgp[2u * 16u], betp[2u * 16u];  // lg and beta of chunks a and b
+shared float sc_do[2u * 16u], sc_u[2u * 16u];  // chunks a and b: gamma_i (dO~'s row scales), Gamma / gamma_i (U~'s)
 shared float red[16u];      // per subgroup: its share of its chunk's <dS, S>
 shared float extra_p[16u];  // per subgroup: its share of <K, X2g>
 shared float row_p[16u * 16u];  // per subgroup: its share of the row sums of dlg [sg][i]
@@ -145,8 +147,9 @@ void stage_round(Round f, uint tid) {
     const uint at = (tid / 32u + 16u * e) * SDR + tid % 32u;
     put_split4(at, SLO, f.s0[e]);
     put_split4(RC * SDR + at, SLO, f.ds[e]);
-    const uint o = tid + 512u * e;  // (operand o / 128, row (o / 8) % 16, uvec2 o % 8)
-    if (o < NOP * 128u) put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, f.op[e]);
+    const uint o = tid + 512u * e, slot = o / 128u, row = 16u * (slot / 3u) + (o / 8u) % 16u;  // (operand, its chunk's row, uvec2 o % 8)
+    const float scale = slot % 3u == OP_DO ? sc_do[row] : slot % 3u == OP_U ? sc_u[row] : 1.0;  // dO~, Yv, U~
+    if (o < NOP * 128u) put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, scale * f.op[e]);
   }
 }
 // Stages a chunk's [16][128] operand rows (each invocation's vec4) at row `row0` of the state stage.
@@ -175,22 +178,6 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {  
     const uint i = tile_row(lane, e), c4 = (col0 + 4u * (lane % 4u)) / 4u;
     x[e] = i < k.L ? qkn4[qk_at(which, k.b * pc.t + k.t0 + i, k.ko) / 4u + c4] : vec4(0.0);
   }
-}
-// x^T [column][i] (chunk rows i) with column i scaled by gamma_i (by_gamma) or by Gamma / gamma_i,
-// through the subgroup's tile.
-F32M scale_columns(F32M x, uint t_at, uint lane, uint c0, bool by_gamma) {
-  coopMatStoreNV(x, tiles, t_at, 16u, false);  // [column][i]
-  TILE_SYNC()
-  const float lgam = lgp[c0 + 15u];
-  [[unroll]] for (uint e = 0u; e < 8u; ++e) {  // lane's elements 8 lane .. + 7: row lane / 2, i = 8 (lane % 2) + e
-    const float l = lgp[c0 + 8u * (lane % 2u) + e];
-    tiles[t_at + 8u * lane + e] *= exp(by_gamma ? l : lgam - l);
-  }
-  TILE_SYNC()
-  F32M y;
-  coopMatLoadNV(y, tiles, t_at, 16u, false);
-  TILE_SYNC()
-  return y;
 }
 // The subgroup's share of the row sums of x^T [column][i] over its 16 columns.
 void row_share(F32M x, uint t_at, uint lane, uint sg) {
@@ -235,9 +222,10 @@ void main() {
   [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
 
   // The rows of the constant left factors below (row tid / 32, elements 4 (tid % 32) ..): k^ of a,
-  // q^ and k^ of b, loaded before the barrier that their scales wait for.
+  // q^ and k^ of b, and beta of b (for -diag(beta gamma) K_b), loaded before the barrier.
   const uint fi = tid / 32u, fr4 = tid % 32u;
   vec4 fk = vec4(0.0), fq = vec4(0.0), fkb = vec4(0.0);
+  const float beta_b = chunk_beta(kb, fi);
   if (fi < ka.L) fk = qkn4[qk_at(QK_K, ka.b * pc.t + ka.t0 + fi, ka.ko) / 4u + fr4];
   if (fi < kb.L) {
     fq = qkn4[qk_at(QK_Q, kb.b * pc.t + kb.t0 + fi, kb.ko) / 4u + fr4];
@@ -246,27 +234,28 @@ void main() {
   if (tid < 32u) {
     const Chunk kr = tid < 16u ? ka : kb;
     const uint i = tid % 16u;
-    lgp[tid] = tid < 16u || has_b ? chunk_lg(kr, i) : 0.0;
-    betp[tid] = chunk_beta(kr, i);
+    const float l = tid < 16u || has_b ? chunk_lg(kr, i) : 0.0, lgam = tid < 16u || has_b ? chunk_lg(kr, CH - 1u) : 0.0;
+    sc_do[tid] = exp(l);
+    sc_u[tid] = exp(lgam - l);
   }
   barrier();
-  const float lgam_a = lgp[15], gam_a = exp(lgam_a), gam_b = has_b ? exp(lgp[31]) : 0.0;
+  const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 0.0;
 
   // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
   const uint ab = sg / 8u, q = sg % 8u;
-  // Its constant left factors [r][i]: chunk a's Q~_b^T and -(diag(beta gamma) K_b)^T (for dSm),
-  // chunk b's K~_a^T (for Sm), staged [i][r] and read column-major.
+  // Its constant left factors [r][i]: chunk a's Q_b^T and -(diag(beta gamma) K_b)^T (for dSm),
+  // chunk b's K_a^T (for Sm), staged [i][r] and read column-major.
   F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
-    stage_rows(0u, exp(lgam_a - lgp[fi]) * fk, tid);  // K~_a (rows past the chunk: zero)
-    stage_rows(16u, exp(lgp[16u + fi]) * fq, tid);  // Q~_b
-    stage_rows(RC, -(betp[16u + fi] * exp(lgp[16u + fi])) * fkb, tid);  // -diag(beta gamma) K_b
+    stage_rows(0u, fk, tid);  // K_a (rows past the chunk: zero)
+    stage_rows(16u, fq, tid);  // Q_b
+    stage_rows(RC, -(beta_b * sc_do[16u + fi]) * fkb, tid);  // -diag(beta gamma) K_b
     barrier();
-    LOAD_STATE_T(c1h, c1l, ab == 0u ? 16u : 0u, 4u * q)  // Q~_b or K~_a
+    LOAD_STATE_T(c1h, c1l, ab == 0u ? 16u : 0u, 4u * q)  // Q_b or K_a
     if (ab == 0u) LOAD_STATE_T(c2h, c2l, RC, 4u * q)   // -(diag(beta gamma) K_b)^T
   }
 
-  // The chunk's X1^T, Y^T, X2^T: [r][i]
+  // The chunk's X1g^T, Y^T, X2g^T: [r][i]
   F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
   float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
   const uint ops = 3u * ab;  // the chunk's operand slots
@@ -285,14 +274,14 @@ void main() {
       LOAD_STATE_T(ah, al, (1u - ab) * RC + 16u * j, 4u * q)
       const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
       F32M made;
-      if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q~_b^T dO_b - K_b^T diag(beta gamma) Yv_b
+      if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q_b^T dO~_b - K_b^T diag(beta gamma) Yv_b
         made = other * gam_b;
         LOAD_OP(bh_, bl, 3u + OP_DO, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
         LOAD_OP(bh_, bl, 3u + OP_YV, j, false)
         mma_split_into(made, c2h, c2l, bh_, bl);
         sdot_part += dot_tiles(made, edge);
-      } else {  // Sm^T = Gamma_a S0^T + K~_a^T U_a
+      } else {  // Sm^T = Gamma_a S0^T + K_a^T U~_a
         made = other * gam_a;
         LOAD_OP(bh_, bl, OP_U, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
@@ -314,7 +303,7 @@ void main() {
 
   // ---- phase 2: the subgroup's chunk k, its columns col0 .. (key dims and value dims) ----
   const Chunk k = ab == 0u ? ka : kb;
-  const uint col0 = 16u * q, c0 = 16u * ab, t_at = sg * 256u, n = bh * nch + k.c;  // n: chunk_factors' index
+  const uint col0 = 16u * q, t_at = sg * 256u, n = bh * nch + k.c;  // n: chunk_factors' index
   // The chunk's factors (chunk_factors.glsl), loaded at once: their latency off the products' chain
   // (H200: 1.131-1.133 ms against 1.144-1.147 loaded before each product).
   F16M fh[NCF], fl[NCF];
@@ -351,7 +340,7 @@ void main() {
     coopMatLoadNV(qt, tiles, t_at, 16u, true);
     split(qt, qh, ql);
     TILE_SYNC()
-    F32M dm = scale_columns(x2, t_at, lane, c0, false);  // X2g^T
+    F32M dm = x2;  // X2g^T
     extra = dot_tiles(kt, dm);
     mma_split_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
     mma_split_into(dm, kth, ktl, fh[CF_E2], fl[CF_E2]);
@@ -361,7 +350,7 @@ void main() {
     STORE_TILE_T(dk, t_at, lane, rows, rec, head_row(k, i_) * RW + D + col0, 1.0)
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
-    F32M dq = scale_columns(x1, t_at, lane, c0, true);  // X1g^T
+    F32M dq = x1;  // X1g^T
     mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
     STORE_TILE_T(dq, t_at, lane, rows, rec, head_row(k, i_) * RW + col0, 1.0)
     asum = asum + times(qt, dq);
