@@ -56,11 +56,13 @@ layout(set = 0, binding = 18) writeonly buffer Pdots { float pdots[]; }; // [B, 
 #define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
-// Yv of chunk k, held transposed (y = Yv^T [column][i]), through the subgroup's tile at t_at: stores
+// Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]),
+// through the subgroup's tile at t_at: stores
 // Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv; then leaves
 // its share of the pair dot X Yv^T ([j][i]) in that tile (the step left U dO^T's in the dO tile).
 // The lane's X rows (xr) and beta (be) of the chunk's rows tile_row(lane, e) come loaded.
-void yv_out(Chunk k, F32M y, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
+void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
+  const F32M y = F32M(yh) + F32M(yl) * (1.0 / LO);  // (to 2^-22: the split's accuracy)
   coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
   TILE_SYNC()
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -75,8 +77,7 @@ void yv_out(Chunk k, F32M y, vec4 xr[2], float be[2], uint t_at, uint lane, uint
       if (lane % 4u == 0u) dbx[head_row(k, i) * NSG + sg] = part;
     }
   }
-  F16M yh, yl, xh_, xl_;
-  split(y, yh, yl);  // Yv^T [c][i]
+  F16M xh_, xl_;
   {
     F32M m;
     TILE_SYNC()  // the lanes' reads of the tile are done
@@ -132,13 +133,13 @@ void main() {
     FETCH_TILE(z4, k0, lane, col0, z_next)
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
-  F32M yt;  // Yv^T of the chunk (for yv_out at the next step)
+  F16M yth, ytl;  // Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
   vec4 xr[2];   // the chunk's X rows and beta, loaded during its step for yv_out at the next
   float be[2];
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yt, xr, be, t_du, lane, col0, sg);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, be, t_du, lane, col0, sg);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -223,12 +224,10 @@ void main() {
       F16M bh_, bl;
       coopMatLoadNV(bh_, th, 0u, PP, false);
       coopMatLoadNV(bl, tl, 0u, PP, false);
-      F32M y_lo = F32M(0.0);
-      yt = F32M(0.0);
+      F32M yt = F32M(0.0), y_lo = F32M(0.0);
       MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
-      yt = unsplit(yt, y_lo);
+      split(unsplit(yt, y_lo), yth, ytl);
     }
-    split(yt, uh, ul);
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
     // loads of the stages)
     const float gam = exp(cur.lgam);
@@ -240,11 +239,11 @@ void main() {
       coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
       F32M acc = dst[rt] * gam, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
-      MMA_SPLIT(acc, lo, uh, ul, wb, wl_)
+      MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), yt, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }
