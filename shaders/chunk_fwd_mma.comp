@@ -28,6 +28,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the sa
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep_fwd)
 layout(set = 0, binding = 2) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (chunk_prep_fwd)
 layout(set = 0, binding = 3) writeonly buffer Up4 { vec4 up4[]; };      // [B, T, nv*D/4] U (tape)
+layout(set = 0, binding = 3) writeonly buffer Up { float up[]; };         // the same, as floats
 layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (chunk_prep_fwd)
 layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm (tape)
 layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, pair slots, D cols, D rows]
@@ -161,7 +162,11 @@ void main() {
       MMA_SPLIT(o, o_lo, uh, ul, bh_, bl)
     }
     o = unsplit(o, o_lo);
-    if (pc.keep != 0u) coopMatStoreNV(u, tiles, t_u, 16u, true);  // U [i][column], for the tape
+    // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
+    // through the V tile with O
+    const bool u_tile = pc.keep != 0u && k.L < CH;
+    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
+    if (u_tile) coopMatStoreNV(u, tiles, t_u, 16u, true);
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     TILE_SYNC()
     vec4 o8[2];  // the lane's elements of O
@@ -169,7 +174,7 @@ void main() {
       const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
       o8[e] = TILE4_AT(t_o + t_lane + 128u * e);
       if (pc.keep != 0u && i < k.L) {
-        up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
+        if (u_tile) up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
         o4[at] = o8[e];
       }
       put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
