@@ -14,8 +14,9 @@
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma).
 // Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
-// gradient), dbeta's value-dim term sum_c X o Yv (each subgroup's share of its 16 columns), and in
-// chunk_pair_bwd_mma dT and dW through
+// gradient, made by conv_bwd as it reads it), dbeta's value-dim term sum_c X o Yv (the diagonal of
+// the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
+// through
 //   T^T dT = (Yv X^T) diag(beta),   W^T dU = K^T diag(beta gamma) Yv,   dW^T T = -S^T Yv^T.
 // Its stores are made off the serial chain: a chunk's at the start of the next step, while the next
 // chunk's operators are on their way. So are the chunk's pair dots for
@@ -37,6 +38,7 @@ layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Yv4 { vec4 yv4[]; };      // [B, T, nv*D/4] Yv = T^T dU
+layout(set = 0, binding = 4) writeonly buffer Yv { float yv[]; };        // the same, as floats
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, pair slots, D cols, D rows]
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
 layout(set = 0, binding = 7) readonly buffer O4 { vec4 o4[]; };         // [B, T, nv*D/4] o before the norm (tape)
@@ -47,40 +49,31 @@ layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T
 layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
-layout(set = 0, binding = 15) writeonly buffer Dy4 { vec4 dy4[]; };      // [B, T, C/4]: writes the v part (dv)
-layout(set = 0, binding = 16) writeonly buffer Dbx { float dbx[]; };     // [B, T, nv, NSG] dbeta's sum_c X o Yv, per subgroup
-layout(set = 0, binding = 17) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 18) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
+layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
-// Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]),
-// through the subgroup's tile at t_at: stores
-// Yv and dv = diag(beta) Yv at the subgroup's 16 columns, and its share of sum_c X o Yv; then leaves
-// its share of the pair dot X Yv^T ([j][i]) in that tile (the step left U dO^T's in the dO tile).
-// The lane's X rows (xr) and beta (be) of the chunk's rows tile_row(lane, e) come loaded.
-void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], float be[2], uint t_at, uint lane, uint col0, uint sg) {
+// Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]):
+// stores Yv at the subgroup's 16 columns (a whole chunk's rows straight from the registers, a short
+// chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
+// in that tile (the step left U dO^T's in the dO tile). The lane's X rows (xr) of the chunk's rows
+// tile_row(lane, e) come loaded.
+void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0) {
   const F32M y = F32M(yh) + F32M(yl) * (1.0 / LO);  // (to 2^-22: the split's accuracy)
-  coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
-  TILE_SYNC()
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint i = tile_row(lane, e);
-    const vec4 yv = TILE4_AT(t_at + tile_lane(lane) + 128u * e);
-    float part = dot(xr[e], yv);  // rows past the chunk: x is zero
-    part += subgroupShuffleXor(part, 1u);
-    part += subgroupShuffleXor(part, 2u);
-    if (i < k.L) {
-      yv4[tile_at(k, i, col0, lane)] = yv;
-      dy4[((k.b * pc.t + k.t0 + i) * pc.c_dim + 2u * pc.nk * D + k.h * D + col0) / 4u + lane % 4u] = be[e] * yv;
-      if (lane % 4u == 0u) dbx[head_row(k, i) * NSG + sg] = part;
-    }
+  if (k.L == CH) {
+    coopMatStoreNV(y, yv, head_row(k, 0u) * D + col0, pc.nv * D, true);  // Yv [i][column]
+  } else {
+    coopMatStoreNV(y, tiles, t_at, 16u, true);  // Yv [i][column]
+    TILE_SYNC()
+    STORE_TILE_ROWS(yv4, k, lane, col0, t_at, tile_lane(lane))
+    TILE_SYNC()  // the lanes' reads of the tile are done
   }
   F16M xh_, xl_;
   {
     F32M m;
-    TILE_SYNC()  // the lanes' reads of the tile are done
     PUT_LANE_TILE(t_at, lane, xr)
     TILE_SYNC()
     coopMatLoadNV(m, tiles, t_at, 16u, false);  // X [j][c]
@@ -134,12 +127,11 @@ void main() {
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
   F16M yth, ytl;  // Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
-  vec4 xr[2];   // the chunk's X rows and beta, loaded during its step for yv_out at the next
-  float be[2];
+  vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, be, t_du, lane, col0, sg);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -208,8 +200,6 @@ void main() {
     du = unsplit(du, du_lo);
 
     FETCH_TILE(x4, k, lane, col0, xr)
-    [[unroll]] for (uint e = 0u; e < 2u; ++e)
-      be[e] = chunk_beta(k, tile_row(lane, e));
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
       FETCH_TILE(u4, kn, lane, col0, u_next)
@@ -243,7 +233,7 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, be, t_du, lane, col0, sg);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0);  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }

@@ -8,7 +8,7 @@
 // and the factors [m][i], as fp16 pairs (mma.glsl) ready for the matrix units' loads:
 //   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // It also writes each row's dbeta into its record: sum_j F_ij G_ij (G = K K^T, chunk_prep_fwd's
-// tape) plus sum_c X o Yv (chunk_dstate_mma's 8 shares).
+// tape) plus sum_c X o Yv (the pair dot <Yv_i, x_i>).
 // One workgroup of 256 per (window b, v-head h, chunk c); invocation (i, j) = (tid / 16, tid % 16).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -21,9 +21,8 @@ layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };       // [B, 
 layout(set = 0, binding = 2) readonly buffer Tm { float t_in[]; };       // [B, T, nv, CH] T (the forward's)
 layout(set = 0, binding = 3) readonly buffer Gm { float g_in[]; };       // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd)
 layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
-layout(set = 0, binding = 5) readonly buffer Dbx4 { vec4 dbx4[]; };      // [B, T, nv, 8/4] sum_c X o Yv, 8 shares
-layout(set = 0, binding = 6) writeonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][NCF][hi, lo][16 m][4] factors
-layout(set = 0, binding = 7) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
+layout(set = 0, binding = 5) writeonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][NCF][hi, lo][16 m][4] factors
+layout(set = 0, binding = 6) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
 
 #define CHUNK_NO_QKN
 #include "chunk.glsl"
@@ -41,13 +40,14 @@ void main() {
   const bool live = i < k.L && j < k.L;
   const float lg_i = chunk_lg(k, i), lg_j = chunk_lg(k, j);
   const float be_j = chunk_beta(k, j);
-  float m = 0.0, z = 0.0, g = 0.0;
+  float m = 0.0, yx = 0.0, g = 0.0;  // yx: <Yv_i, x_j>
   if (live) {
     const uint at = wg * 512u + tid;
     if (j <= i) m = exp(lg_i - lg_j) * pdots[at];
-    z = be_j * pdots[at + 256u];
+    yx = pdots[at + 256u];
     g = g_in[((b * pc.nk + k.ko) * nch + k.c) * 256u + tid];
   }
+  const float z = be_j * yx;
   ms[tid] = m;
   zs[tid] = z;
   ts[tid] = i < k.L ? t_in[head_row(k, i) * CH + j] : 0.0;
@@ -62,17 +62,13 @@ void main() {
   const float f = j < i && i < k.L ? -nda * exp(lg_i - lg_j) : 0.0;
   fs[tid] = f;
 
-  // dbeta_i = sum_j F_ij G_ij + sum_c X o Yv: row i is lanes 16 (i % 2) .. of a subgroup
-  float db = f * g;
+  // dbeta_i = sum_j F_ij G_ij + sum_c X o Yv (= <Yv_i, x_i>): row i is lanes 16 (i % 2) .. of a subgroup
+  float db = f * g + (i == j ? yx : 0.0);
   db += subgroupShuffleXor(db, 1u);
   db += subgroupShuffleXor(db, 2u);
   db += subgroupShuffleXor(db, 4u);
   db += subgroupShuffleXor(db, 8u);
-  if (j == 0u && i < k.L) {
-    const uint row = head_row(k, i);
-    const vec4 s = dbx4[row * 2u] + dbx4[row * 2u + 1u];
-    rec[row * RW + 2u * D + 1u] = db + (s.x + s.y) + (s.z + s.w);
-  }
+  if (j == 0u && i < k.L) rec[head_row(k, i) * RW + 2u * D + 1u] = db;
   barrier();
 
   // The factors, item n: factor n / 64, row m = (n / 4) % 16, columns 4 q .. 4 q + 3 (q = n % 4).

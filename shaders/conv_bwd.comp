@@ -4,6 +4,8 @@
 // feeds the conv outputs t + (K-1) - j through tap j:
 //   dqkv[b,t,c] = sum_j dpre[b, t+(K-1)-j, c] * conv[c,j]   (terms past the window's end are zero)
 // The K-1 outputs after the block (its halo) are recomputed, not read from a neighbour.
+// The build with DV_FROM_YV (the chunked backward on the matrix units) makes the v channels' dy as
+// it reads it, dv = beta Yv from chunk_dstate_mma's Yv, which writes no dv.
 #include "common.glsl"
 layout(local_size_x = 64) in;
 
@@ -11,8 +13,24 @@ layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, 
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) readonly buffer Dy { vec4 dy4[]; };      // [B, T, C] grad of y
 layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, C]
+#ifdef DV_FROM_YV
+layout(set = 0, binding = 4) readonly buffer Yv4 { vec4 yv4[]; };     // [B, T, nv*D/4] Yv (dv = beta Yv)
+layout(set = 0, binding = 5) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
+#endif
 
 #include "conv.glsl"
+
+// dy at token t of the block's channels (t in the window).
+vec4 dy_at(ConvBlock k, int t) {
+#ifdef DV_FROM_YV
+  const uint c = 4u * k.c4, v0 = 2u * pc.nk * D;  // the v channels follow q and k
+  if (c >= v0) {
+    const uint bt = k.b * pc.t + uint(t), h = (c - v0) / D;
+    return gates[(pc.nb * pc.t + bt) * pc.nv + h] * yv4[(bt * pc.nv * D + c - v0) / 4u];
+  }
+#endif
+  return dy4[conv_at(k, t)];
+}
 
 void main() {
   ConvBlock k;
@@ -38,7 +56,7 @@ void main() {
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
-    dp[KT - 1u] = dy4[conv_at(k, u)] * silu_bwd(pre);
+    dp[KT - 1u] = dy_at(k, u) * silu_bwd(pre);
     // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
     if (u < t_end) {
       vec4 acc = vec4(0.0);

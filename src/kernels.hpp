@@ -74,6 +74,9 @@ struct ChunkedKernels {
   /// for the v-heads that share the k-head), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
   std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
+  /// conv_bwd for the matrix units' backward (conv_bwd.comp with DV_FROM_YV): dv = beta Yv made as it
+  /// is read (chunk_dstate_mma writes Yv, no dv); null where the matrix units do not run.
+  std::unique_ptr<gpu::Pipeline> conv_bwd_yv;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
 /// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/chunk_factors.glsl).
@@ -110,6 +113,7 @@ std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size,
 std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk);
 /// With `matrix_units` the matrix-unit kernels (chunked_matrix_why_not must be empty), else the
 /// CUDA-core chunk_prep, chunk_dstate, chunk_values and chunk_grads; the others stay null.
-ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units);
+ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units,
+                             std::uint32_t conv_taps);
 
 }  // namespace gdn::detail

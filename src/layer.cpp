@@ -110,7 +110,6 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
-  std::unique_ptr<gpu::Buffer> dbx;  // matrix units: [B, T, nv, 8] dbeta's sum_c X o Yv, by 16 value dims
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
   std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
@@ -120,7 +119,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &dbx, &pdots, &fac, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &pdots, &fac, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -169,7 +168,8 @@ struct LayerImpl {
     else if (!cfg.matrix_units)  // the matrix units' chunked passes replace every column-split kernel
       subgroup = build_subgroup(dev, subgroup_size, cfg.variant == Variant::Subgroup);
     if (cfg.variant == Variant::Chunked)
-      chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval), cfg.matrix_units);
+      chunked = build_chunked(dev, subgroup_size, std::uint32_t(cfg.checkpoint_interval), cfg.matrix_units,
+                              std::uint32_t(cfg.conv_taps));
   }
 
   void validate_config(const Params& p) const {
@@ -303,11 +303,11 @@ struct LayerImpl {
       bwd.dqk = buffer("chunk records", BT * nv * kChunkRecordWords);
       bwd.du = buffer(chunked.chunk_dstate_mma ? "Yv = T^T dU per chunk" : "dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
-      // The matrix units' backward reads T and lg from the tape and hands chunk_dstate_mma's shares of
-      // dbeta and pair dots to chunk_factors, and its factors to the pair pass; the CUDA-core passes
+      // The matrix units' backward reads T and lg from the tape and hands chunk_dstate_mma's pair dots
+      // to chunk_factors, its factors to the pair pass, and its Yv to conv_bwd (dv = beta Yv, made there:
+      // dy's v part is not written); the CUDA-core passes
       // make T and lg, and hand W, dW, the pair dots and <dS, S0> from pass to pass.
       if (chunked.chunk_dstate_mma) {
-        bwd.dbx = buffer("dbeta's X o Yv by 16 value dims", BT * nv * (kD / 16));
         bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
         bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
       } else {
@@ -416,11 +416,11 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
                  {v(*f.qkn), v(lgc), v(*f.gates), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z),
-                  v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*bwd.dy), v(*bwd.dbx), v(*f.kv), v(*bwd.pdots)},
+                  v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.kv), v(*bwd.pdots)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
       r.dispatch(*chunked.chunk_factors,
-                 {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.dbx), v(*bwd.fac), v(*bwd.dqk)}, pc, chunks);
+                 {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.fac), v(*bwd.dqk)}, pc, chunks);
       r.mark("chunk_factors");
     } else {
       r.dispatch(*chunked.chunk_prep,
@@ -486,7 +486,11 @@ struct LayerImpl {
                  pc, (BT * cfg.nk + rows_per_group - 1) / rows_per_group);
       r.mark("qk_bwd2");
     }
-    r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels(), kConvBwdTokens));
+    if (chunked.conv_bwd_yv)  // the matrix units' backward left Yv, not dv, for the v channels
+      r.dispatch(*chunked.conv_bwd_yv, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv), v(*bwd.du), v(*f.gates)}, pc,
+                 conv_groups(B, T, cfg.channels(), kConvBwdTokens));
+    else
+      r.dispatch(*common.conv_bwd, {v(in.qkv), v(conv), v(*bwd.dy), v(g.dqkv)}, pc, conv_groups(B, T, cfg.channels(), kConvBwdTokens));
     r.mark("conv_bwd");
   }
 
