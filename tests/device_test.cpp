@@ -31,6 +31,7 @@ const Case kCases[] = {
     {"cs_over_T", 2, 7, 2, 1, 3, 16},        // one segment, K = 3
     {"cs1", 2, 5, 2, 1, 2, 1},               // every step its own segment, K = 2
     {"rep3_T70_cs16", 1, 70, 3, 1, 4, 16},   // five segments, the last of six steps
+    {"rep3_B3_T40_cs16", 3, 40, 6, 2, 4, 16},  // three windows of two whole chunks and a short one
 };
 
 // A kernel family as the config asks for it. The chunked family runs its matrix-unit kernels (chunk
