@@ -17,9 +17,10 @@
 // (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's
 // traffic, are read once per two chunks. The diagonal scalings go onto the operands as they are
 // staged: U~ = diag(Gamma / gamma) U and dO~ = diag(gamma) dO, so that K~_a^T U_a = K_a^T U~_a and
-// Q~_b^T dO_b = Q_b^T dO~_b, and phase 2's X1g and X2g below come out of phase 1 as such. Each subgroup makes its chunk's products transposed, with
-// the states on the left (S^T [r][c] is a column-major read of a stage [c][r]), so that the one it
-// makes again (Sm^T for chunk b, dSm^T for chunk a) feeds its products without leaving its registers:
+// Q~_b^T dO_b = Q_b^T dO~_b, and phase 2's X1g and X2g below come out of phase 1 as such. Each
+// subgroup makes its chunk's products transposed, with the states on the left (S^T [r][c] is a
+// column-major read of a stage [c][r]), so that the one it makes again (Sm^T for chunk b, dSm^T for
+// chunk a) feeds its products without leaving its registers:
 //   X1g^T = S^T dO~^T,  Y^T = S^T Yv^T,  X2g^T = dS^T U~^T,  Sm^T = Gamma_a S0^T + K_a^T U~_a, ...
 // The value dims c pass through shared memory 32 at a time (4 rounds, two 16-column blocks each):
 // the two states' 32 rows [c][r] and the six operands' (dO, Yv, U of both chunks) 32 columns [i][c],
@@ -34,8 +35,9 @@
 // and each subgroup makes its columns of every [CH x D] result, transposed ([column][i]):
 //   dQ^T  = X1g^T + K^T M^T              (M with its diagonal)
 //   dM^T  = X2g^T + Q^T M + K^T E2       dK^T = dM^T - Y^T diag(beta gamma) + K^T E1
-// with X1g = diag(gamma) X1 = dO~ S^T and X2g = diag(Gamma / gamma) X2 = U~ dS^T (dW^T T diag(beta gamma) = -Y^T
-// diag(beta gamma)). The row sums of d(log g) come from element-wise products of tiles of one layout:
+// with X1g = diag(gamma) X1 = dO~ S^T and X2g = diag(Gamma / gamma) X2 = U~ dS^T
+// (dW^T T diag(beta gamma) = -Y^T diag(beta gamma)). The row sums of d(log g) come from
+// element-wise products of tiles of one layout:
 //   dlg_i  = sum_c [q o dQ + k o (dK - 2 dM)]_ic   (+ Gamma <dS, S0> + <K, X2g> at i = CH-1)
 // (dK - 2 dM = dK+ - dK- of chunk_grads.comp: the diagonal of M cancels in it). The record's dq^,
 // dk^ and d(log g) are written once (qk_bwd2 reads them; chunk_factors wrote its dbeta). Phase 2
@@ -76,7 +78,7 @@ layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T
 #define RC 32u    // value dims per round: two 16-column blocks (four rounds, eight barriers)
 #define DEPTH 1u  // rounds of loads in flight
 // The stages are rows of fp16 pairs, each row's hi halves then its lo halves, in uvec2s (4 halves:
-// one 64-bit store per invocation), which the matrix loads index in uvec2s (pool_load):
+// one 64-bit store per invocation), which the matrix loads index in uvec2s (POOL_LOAD):
 // - the states S0, dSe, [state][c][r]: rows of 32 hi + 32 lo uvec2 and 2 of padding, SDR apart
 //   (528 bytes: the 8 rows of one 128-bit matrix load phase fall in distinct banks);
 // - the operands dO, Yv, U of a, then of b, [operand][i][c]: rows of 8 hi + 8 lo and 2 of
