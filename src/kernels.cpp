@@ -137,8 +137,10 @@ constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
 // chunk_pair_bwd_mma: phase 1's stages (two states' [32][528 bytes] and six operands' [16][144]),
-// whose memory phase 2's tiles take; both chunks' lg and beta, the subgroups' sums and row shares.
-constexpr std::uint32_t chunk_pair_bwd_mma_shared() { return 2 * 32 * 528 + 6 * 16 * 144 + (2 * 2 * 16 + 16 + 16 + 16 * 16) * 4; }
+// whose memory phase 2's tiles take; both chunks' two row scales, the subgroups' sums and row shares.
+constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
+  return 2 * 32 * 528 + 6 * 16 * 144 + (2 * 2 * 16 + 16 + 16 + 16 * 16) * 4;
+}
 // chunk_factors: four fp32 16 x 16 matrices, the chunk's lg and beta.
 constexpr std::uint32_t chunk_factors_shared() { return (4 * 256 + 2 * 16) * 4; }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {

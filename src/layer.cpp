@@ -304,9 +304,9 @@ struct LayerImpl {
       bwd.du = buffer(chunked.chunk_dstate_mma ? "Yv = T^T dU per chunk" : "dU per chunk", BT * nv * kD);
       bwd.dsc = buffer("end-state grads per chunk", std::size_t(B) * nv * slots * kD * kD);
       // The matrix units' backward reads T and lg from the tape and hands chunk_dstate_mma's pair dots
-      // to chunk_factors, its factors to the pair pass, and its Yv to conv_bwd (dv = beta Yv, made there:
-      // dy's v part is not written); the CUDA-core passes
-      // make T and lg, and hand W, dW, the pair dots and <dS, S0> from pass to pass.
+      // to chunk_factors, its factors to the pair pass, and its Yv to conv_bwd (dv = beta Yv, made
+      // there: dy's v part is not written); the CUDA-core passes make T and lg, and hand W, dW, the
+      // pair dots and <dS, S0> from pass to pass.
       if (chunked.chunk_dstate_mma) {
         bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
         bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
