@@ -42,7 +42,16 @@ vec4 silu(vec4 x) { return x / (1.0 + exp(-x)); }
 // d/dx silu(x) = s + x s (1 - s), s = sigmoid(x)
 float silu_bwd(float x) { float s = sigmoid(x); return s * (1.0 + x * (1.0 - s)); }
 vec4 silu_bwd(vec4 x) { const vec4 s = 1.0 / (1.0 + exp(-x)); return s * (1.0 + x * (1.0 - s)); }
-float softplus(float x) { return x > 20.0 ? x : log(1.0 + exp(x)); }
+// log(1 + u) for 0 <= u <= 1 to fp32 accuracy, as 2 atanh(s) with s = u / (2 + u) <= 1/3 (the
+// series to s^15): log(1.0 + u) loses u's low bits in the sum, all of them below u = 6e-8.
+float log1p_unit(float u) {
+  const float s = u / (2.0 + u), s2 = s * s;
+  float p = 1.0 / 15.0;
+  [[unroll]] for (int n = 13; n >= 1; n -= 2) p = fma(p, s2, 1.0 / float(n));
+  return 2.0 * s * p;
+}
+// softplus(x) = log(1 + e^x), and x itself above 20 (the model's convention).
+float softplus(float x) { return x > 20.0 ? x : max(x, 0.0) + log1p_unit(exp(-abs(x))); }
 // log g = -exp(a_log) softplus(a + dt_bias), written once: gate_prep's g and the chunked passes' lg
 // must agree bit for bit.
 float log_gate(float a_log_h, float arg) { return -exp(a_log_h) * softplus(arg); }
