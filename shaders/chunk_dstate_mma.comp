@@ -23,7 +23,10 @@
 // chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
 // step's two barriers.
-// Precision: fp32 operands as fp16 pairs, mma.glsl.
+// Precision: fp32 operands as fp16 pairs, mma.glsl. The pass works on 2^ec dO (so on 2^ec dU, Yv
+// and dS), ec per head from a bound on its largest |dO|, max_i inv_i |w dout|_i (scale_exponent),
+// and on 2^ev U and X (the forward's exponent, vscale): the pair dots come out 2^(ev + ec) times
+// theirs, and chunk_factors and chunk_pair_bwd_mma take them so. Yv and dS are stored divided by 2^ec.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -50,7 +53,9 @@ layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] 2^(ev+ec) <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
+layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [B, nv] ec
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
@@ -61,8 +66,9 @@ layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, 
 // chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
 // in that tile (the step left U dO^T's in the dO tile). The lane's X rows (xr) of the chunk's rows
 // tile_row(lane, e) come loaded.
-void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0) {
-  const F32M y = F32M(yh) + F32M(yl) * (1.0 / LO);  // (to 2^-22: the split's accuracy)
+// Yv^T and X come scaled by 2^ec and 2^ev; Yv is stored times inv_sc = 2^-ec.
+void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0, float inv_sc) {
+  const F32M y = (F32M(yh) + F32M(yl) * (1.0 / LO)) * inv_sc;  // (to 2^-22: the split's accuracy)
   if (k.L == CH) {
     coopMatStoreNV(y, yv, head_row(k, 0u) * D + col0, pc.nv * D, true);  // Yv [i][column]
   } else {
@@ -111,7 +117,22 @@ void main() {
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  F32M dst[8];  // dS^T: [column][row 16 rt ..]
+  // ec from max_i inv_i max_c |w dout|_ic over the head's window (rows tid / 32 + 8 n, elements
+  // 4 (tid % 32) ..): dO = inv w dout - o inv^3 <w dout, o> / D is at most about twice that.
+  float gmax = 0.0;
+  {
+    const uint rs = pc.nv * D / 4u;
+    const vec4 nwr = abs(norm4[tid % 32u]);
+    for (uint i = tid / 32u; i < pc.t; i += 8u) {
+      const uint row = (b * pc.t + i) * pc.nv + h, at = row * D / 4u + tid % 32u;
+      gmax = max(gmax, inv_rms[row] * max4(abs(silu(z4[at]) * dout4[at]) * nwr));
+    }
+  }
+  const int ev = int(vscale[bh]), ec = scale_exponent(workgroup_max(gmax, sg, lane));
+  const float sv = ldexp(1.0, ev), sc = ldexp(1.0, ec), inv_sc = ldexp(1.0, -ec);
+  if (tid == 0u) dscale[bh] = float(ec);
+
+  F32M dst[8];  // 2^ec dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
 
   // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
@@ -131,7 +152,7 @@ void main() {
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0);  // the chunk before
+    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, inv_sc);  // the chunk before
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -150,7 +171,7 @@ void main() {
         const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
         const float coef = row_total(i) / float(D) * inv[e] * inv[e] * inv[e];
         const vec4 dO = inv[e] * wd[e] - o[e] * coef;
-        PUT_TILE4(t_do + t_lane + 128u * e, dO)
+        PUT_TILE4(t_do + t_lane + 128u * e, sc * dO)
         if (i < k.L) {
           do4[at] = dO;
           dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
@@ -163,7 +184,7 @@ void main() {
     // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is zero).
     if (k.c + 1u < nch && k.c % 2u == 1u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(dst[rt], dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(dst[rt] * inv_sc, dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
 
     // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
     F32M dOt;  // dO^T
@@ -189,7 +210,8 @@ void main() {
     {
       F32M m;
       F16M ah, al;
-      PUT_LANE_TILE(t_du, lane, u)
+      const vec4 us[2] = vec4[2](sv * u[0], sv * u[1]);
+      PUT_LANE_TILE(t_du, lane, us)
       TILE_SYNC()  // and every lane's load of dO^T is done
       coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
       split(m, ah, al);
@@ -200,6 +222,8 @@ void main() {
     du = unsplit(du, du_lo);
 
     FETCH_TILE(x4, k, lane, col0, xr)
+    xr[0] *= sv;
+    xr[1] *= sv;
     if (cc + 1u < nch) {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
       FETCH_TILE(u4, kn, lane, col0, u_next)
@@ -233,7 +257,7 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, inv_sc);  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
 }

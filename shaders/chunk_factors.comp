@@ -9,6 +9,8 @@
 //   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // It also writes each row's dbeta into its record: sum_j F_ij G_ij (G = K K^T, chunk_prep_fwd's
 // tape) plus sum_c X o Yv (the pair dot <Yv_i, x_i>).
+// The pair dots come 2^(ev + ec) times their values (chunk_dstate_mma), and so do M, Z, F and the
+// factors made from them (chunk_pair_bwd_mma's products take them so); dbeta is stored divided by it.
 // One workgroup of 256 per (window b, v-head h, chunk c); invocation (i, j) = (tid / 16, tid % 16).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -23,6 +25,8 @@ layout(set = 0, binding = 3) readonly buffer Gm { float g_in[]; };       // [B, 
 layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 layout(set = 0, binding = 5) writeonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][NCF][hi, lo][16 m][4] factors
 layout(set = 0, binding = 6) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
+layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
+layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
 
 #define CHUNK_NO_QKN
 #include "chunk.glsl"
@@ -68,7 +72,7 @@ void main() {
   db += subgroupShuffleXor(db, 2u);
   db += subgroupShuffleXor(db, 4u);
   db += subgroupShuffleXor(db, 8u);
-  if (j == 0u && i < k.L) rec[head_row(k, i) * RW + 2u * D + 1u] = db;
+  if (j == 0u && i < k.L) rec[head_row(k, i) * RW + 2u * D + 1u] = ldexp(db, -int(vscale[bh] + dscale[bh]));
   barrier();
 
   // The factors, item n: factor n / 64, row m = (n / 4) % 16, columns 4 q .. 4 q + 3 (q = n % 4).

@@ -14,7 +14,9 @@
 // (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u,
 // X = V - K^ S0 and 1/rms only where a tape keeps them for the backward (chunk_pair_bwd_mma's dT
 // and dbeta are products with X).
-// Precision: fp32 operands as fp16 pairs, mma.glsl.
+// Precision: fp32 operands as fp16 pairs, mma.glsl. The pass works on 2^ev V (so on 2^ev U, X, S and
+// O), ev per head from its largest |v| (scale_exponent), and stores U, X, O and the states divided
+// by 2^ev: the tape holds their true values, and vscale the exponent ev.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -40,6 +42,7 @@ layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
 layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
 layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the same, as floats
+layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [B, nv] ev (tape)
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -80,7 +83,21 @@ void main() {
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  F32M st[8];  // S^T: [column][row 16 rt ..]
+  // ev: the head's largest |v| over its window (rows tid / 32 + 8 n, elements 4 (tid % 32) ..)
+  float vmax = 0.0;
+  {
+    const uint at0 = y_at(b * pc.t, h) / 4u + tid % 32u, rs = pc.nv * D / 4u;  // row stride, vec4s
+    uint i = tid / 32u;
+    for (; i + 24u < pc.t; i += 32u)  // four loads in flight
+      vmax = max(vmax, max4(max(max(abs(y4[at0 + i * rs]), abs(y4[at0 + (i + 8u) * rs])),
+                                max(abs(y4[at0 + (i + 16u) * rs]), abs(y4[at0 + (i + 24u) * rs])))));
+    for (; i < pc.t; i += 8u) vmax = max(vmax, max4(abs(y4[at0 + i * rs])));
+  }
+  const int ev = scale_exponent(workgroup_max(vmax, sg, lane));
+  const float sv = ldexp(1.0, ev), inv_sv = ldexp(1.0, -ev);
+  if (tid == 0u) vscale[bh] = float(ev);
+
+  F32M st[8];  // 2^ev S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
   // A chunk's operators and V are loaded while the chunk before makes its products, from the barrier
@@ -106,7 +123,7 @@ void main() {
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, v[e])
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, sv * v[e])
     barrier();
     if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
       const Chunk k1 = chunk_of(b, h, c + 1u);
@@ -118,7 +135,7 @@ void main() {
     // one between them again; chunk 0 starts at zero: not stored).
     if (pc.keep != 0u && c > 0u && c % 2u == 0u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(st[rt], ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(st[rt] * inv_sv, ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
 
     // X^T = V^T - S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major
     // loads); then U^T = X^T (T diag(beta))^T
@@ -140,9 +157,9 @@ void main() {
       const F32M xs = unsplit(x, x_lo);
       if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
         if (k.L == CH) {
-          coopMatStoreNV(xs, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
+          coopMatStoreNV(xs * inv_sv, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
         } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
-          coopMatStoreNV(xs, tiles, t_u, 16u, true);
+          coopMatStoreNV(xs * inv_sv, tiles, t_u, 16u, true);
           TILE_SYNC()
           STORE_TILE_ROWS(xp4, k, lane, col0, t_u, t_lane)
           TILE_SYNC()  // read before U takes the tile
@@ -161,12 +178,12 @@ void main() {
       coopMatLoadNV(bl, pl, 0u, PP, true);
       MMA_SPLIT(o, o_lo, uh, ul, bh_, bl)
     }
-    o = unsplit(o, o_lo);
+    o = unsplit(o, o_lo) * inv_sv;
     // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
     // through the V tile with O
     const bool u_tile = pc.keep != 0u && k.L < CH;
-    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
-    if (u_tile) coopMatStoreNV(u, tiles, t_u, 16u, true);
+    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u * inv_sv, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
+    if (u_tile) coopMatStoreNV(u * inv_sv, tiles, t_u, 16u, true);
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     TILE_SYNC()
     vec4 o8[2];  // the lane's elements of O

@@ -65,6 +65,16 @@ float row_total(uint i) {
   return x;
 }
 
+// The largest x over the workgroup, through row_part (before the passes' loops, which write it only
+// after their first barrier). Every invocation must call it: it has a barrier.
+float workgroup_max(float x, uint sg, uint lane) {
+  [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
+  if (lane == 0u) row_part[sg] = x;
+  barrier();
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) x = max(x, row_part[g]);
+  return x;
+}
+
 // One invocation's share of a chunk's operators.
 struct Operators {
   vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^

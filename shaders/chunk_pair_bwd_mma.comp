@@ -44,6 +44,11 @@
 // has two barriers: one before its first tile (its tiles take phase 1's stages; its loads are issued
 // before it) and one before the rows' sums.
 //
+// Scales (mma.glsl): the states, u, dO and Yv come as their true values and are staged as
+// 2^ev S0, 2^ec dSe, 2^ev U~, 2^ec dO~, 2^ec Yv (the exponents of chunk_fwd_mma and
+// chunk_dstate_mma, which chunk_factors' factors carry too), so every product of the pass comes out
+// 2^(ev + ec) times its value, and the records are stored divided by it.
+//
 // Shared memory: one float array, `tiles`, holds phase 1's stages (46.5 KiB of fp16 pairs, two
 // halves to a float) and then phase 2's fp32 16 x 16 tile per subgroup (16 KiB); with the sums below
 // it is 47.9 KiB, under the 48 KiB a workgroup gets on the devices this pass runs on.
@@ -70,6 +75,8 @@ layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    //
 layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
 layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
+layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
+layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
 
 #define CHUNK_NO_SHARED_GATES  // (sc_do, sc_u below)
 #include "chunk.glsl"
@@ -144,14 +151,19 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
   return f;
 }
 
-void stage_round(Round f, uint tid) {
+// sv = 2^ev, sc = 2^ec.
+void stage_round(Round f, uint tid, float sv, float sc) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 16u * e) * SDR + tid % 32u;
-    put_split4(at, SLO, f.s0[e]);
-    put_split4(RC * SDR + at, SLO, f.ds[e]);
-    const uint o = tid + 512u * e, slot = o / 128u, row = 16u * (slot / 3u) + (o / 8u) % 16u;  // (operand, its chunk's row, uvec2 o % 8)
-    const float scale = slot % 3u == OP_DO ? sc_do[row] : slot % 3u == OP_U ? sc_u[row] : 1.0;  // dO~, Yv, U~
-    if (o < NOP * 128u) put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, scale * f.op[e]);
+    put_split4(at, SLO, sv * f.s0[e]);
+    put_split4(RC * SDR + at, SLO, sc * f.ds[e]);
+    const uint o = tid + 512u * e, slot = o / 128u;  // (operand, its chunk's row, uvec2 o % 8)
+    if (o < NOP * 128u) {
+      const uint row = 16u * (slot / 3u) + (o / 8u) % 16u;
+      const uint which = slot % 3u;
+      const float rs = which == OP_DO ? sc_do[row] : which == OP_U ? sc_u[row] : 1.0;  // dO~, U~, Yv
+      put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, rs * ((which == OP_U ? sv : sc) * f.op[e]));
+    }
   }
 }
 // Stages a chunk's [16][128] operand rows (each invocation's vec4) at row `row0` of the state stage.
@@ -227,6 +239,9 @@ void main() {
   // (0 where there is no such state: in range, should a compiler load before it selects.)
   const uint s0_at = has_s0 ? (bh * slots + p - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + p) * D * D : 0u;
 
+  const int ev = int(vscale[bh]), ec = int(dscale[bh]);
+  const float sv = ldexp(1.0, ev), sc = ldexp(1.0, ec), unscale = ldexp(1.0, -(ev + ec));
+
   Round ring[DEPTH];
   [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
 
@@ -272,7 +287,7 @@ void main() {
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
     barrier();  // the previous round's readers of the stage are done
-    stage_round(cur, tid);
+    stage_round(cur, tid, sv, sc);
     if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
     [[unroll]] for (uint j = 0u; j < RC / 16u; ++j) {  // the round's 16-column blocks
@@ -355,12 +370,12 @@ void main() {
     F32M dk = dm;
     mma_split_into(dk, wth, wtl, fh[CF_BG], fl[CF_BG]);
     mma_split_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
-    store_rows(dk, k, t_at, lane, D + col0);
+    store_rows(dk * unscale, k, t_at, lane, D + col0);
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     F32M dq = x1;  // X1g^T
     mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
-    store_rows(dq, k, t_at, lane, col0);
+    store_rows(dq * unscale, k, t_at, lane, col0);
     asum = asum + times(qt, dq);
     row_share(asum, t_at, lane, sg);
   }
@@ -380,6 +395,6 @@ void main() {
         [[unroll]] for (uint s = 0u; s < 8u; ++s) a += (ab == 0u ? gam_a : gam_b) * red[8u * ab + s] + extra_p[8u * ab + s];
     }
     const float dlogg = subgroupInclusiveAdd(a);
-    if (lane < 16u && i < k.L) rec[head_row(k, i) * RW + 2u * D] = dlogg;
+    if (lane < 16u && i < k.L) rec[head_row(k, i) * RW + 2u * D] = unscale * dlogg;
   }
 }

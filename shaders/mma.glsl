@@ -4,8 +4,15 @@
 // Every fp32 operand x is split into an fp16 pair: hi = x rounded to 11 significant bits and
 // lo = fp16((x - hi) LO), scaled so that fp16 subnormals (which a device may flush) stay out of
 // the way. A product is a_hi b_hi + (a_hi b_lo + a_lo b_hi) / LO with the two sums in separate fp32
-// accumulators; the dropped a_lo b_lo is 2^-22 relative. Operands must stay under fp16's 65504;
-// elements under about 1e-8 are lost (absolute).
+// accumulators; the dropped a_lo b_lo is 2^-22 relative. The pair holds 22 bits of elements from
+// 2^-13 to 2^15 (lo overflows above); below 2^-13 it keeps them to 2^-26 absolute.
+//
+// So the passes never split a tensor at its own magnitude: the recurrence is linear in v (given
+// k, beta and g) and the backward linear in dO, so each pass works on 2^ev V and 2^ec dO, with ev
+// and ec per (window, v-head) bringing the largest |v| and a bound on the largest |dO| to [1, 2)
+// (scale_exponent), and divides its results by the same powers of two as it stores them. Both are
+// exact in fp32: the results do not depend on the scale of v or dout at all. The other operands
+// (q^, k^, the decays, T, P) are at most 1 or near it.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -95,3 +102,13 @@ uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
     }                                                                     \
     subgroupBarrier();                                                    \
   }
+
+// The exponent e with m 2^e in [1, 2) for the largest magnitude m of a tensor (0 for m = 0, Inf or
+// NaN), within +-60 so that the products of two scales and their inverses stay normal fp32.
+int scale_exponent(float m) {
+  if (!(m > 0.0) || isinf(m)) return 0;
+  int e;
+  frexp(m, e);  // m = f 2^e, f in [0.5, 1)
+  return clamp(1 - e, -60, 60);
+}
+float max4(vec4 x) { return max(max(x.x, x.y), max(x.z, x.w)); }

@@ -61,7 +61,9 @@ void main() {
     const float beta = gates[(n_bt + bt) * pc.nv + h];
 #ifdef CHUNKED
     const float dbeta = dqk[at + 257u];
-    const float dlogg = dqk[at + 256u];
+    // d(log g) = dg g: exactly 0 where g underflows (the record's sums of the chunk's terms cancel
+    // there only to rounding, and A = exp(a_log) would scale what is left)
+    const float dlogg = gates[bt * pc.nv + h] == 0.0 ? 0.0 : dqk[at + 256u];
 #else
     float dbeta_part = 0.0;  // the lane's share of <du, v - kv>
     [[unroll]] for (uint e = 0u; e < PER; ++e) {

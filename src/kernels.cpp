@@ -185,12 +185,12 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 17, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 7, chunk_factors_shared(), {32, ch}, 32);
-    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 10,
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 19, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 9, chunk_factors_shared(), {32, ch}, 32);
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 12,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 14, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 15, matrix_pass_shared(), {32, ch}, 32);
     k.conv_bwd_yv = make(dev, "conv_bwd (dv from Yv)", spirv::conv_bwd_yv, 6, 0, {conv_taps});
   }
   return k;

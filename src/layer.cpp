@@ -78,10 +78,12 @@ struct ForwardState {
   // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
   // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
   std::unique_ptr<gpu::Buffer> x, gm;
+  // The matrix units' forward: the power-of-two exponent of each head's v scale ([B, nv], mma.glsl).
+  std::unique_ptr<gpu::Buffer> vscale;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
-  std::array<const std::unique_ptr<gpu::Buffer>*, 13> slots() const {
-    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc, &x, &gm};
+  std::array<const std::unique_ptr<gpu::Buffer>*, 14> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc, &x, &gm, &vscale};
   }
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -112,6 +114,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
   std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
+  std::unique_ptr<gpu::Buffer> dscale; // matrix units: [B, nv] the exponent of each head's dO scale (mma.glsl)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -119,7 +122,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &pdots, &fac, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &pdots, &fac, &dscale, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -278,6 +281,7 @@ struct LayerImpl {
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", BT * nv);
+      f.vscale = buffer("v scale exponents", std::size_t(B) * nv);
     } else if (cfg.variant != Variant::PerHead) {
       f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     }
@@ -310,6 +314,7 @@ struct LayerImpl {
       if (chunked.chunk_dstate_mma) {
         bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
         bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
+        bwd.dscale = buffer("dO scale exponents", std::size_t(B) * nv);
       } else {
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
@@ -382,7 +387,7 @@ struct LayerImpl {
       r.mark("chunk_prep_fwd");  // gate_prep fused in
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
-                  v(*f.gates), v(y_of(f)), v(*f.x)},
+                  v(*f.gates), v(y_of(f)), v(*f.x), v(*f.vscale)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
       return;
@@ -416,11 +421,14 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_dstate_mma,
                  {v(*f.qkn), v(lgc), v(*f.gates), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z),
-                  v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.kv), v(*bwd.pdots)},
+                  v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.kv), v(*bwd.pdots), v(*f.vscale),
+                  v(*bwd.dscale)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
       r.dispatch(*chunked.chunk_factors,
-                 {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.fac), v(*bwd.dqk)}, pc, chunks);
+                 {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.fac), v(*bwd.dqk), v(*f.vscale),
+                  v(*bwd.dscale)},
+                 pc, chunks);
       r.mark("chunk_factors");
     } else {
       r.dispatch(*chunked.chunk_prep,
@@ -436,7 +444,7 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
                  {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.fac), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.ck), v(*bwd.dsc),
-                  v(*bwd.dqk)},
+                  v(*bwd.dqk), v(*f.vscale), v(*bwd.dscale)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
