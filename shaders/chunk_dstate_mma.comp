@@ -23,10 +23,12 @@
 // chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
 // step's two barriers.
-// Precision: fp32 operands as fp16 pairs, mma.glsl. The pass works on 2^ec dO (so on 2^ec dU, Yv
-// and dS), ec per head from a bound on its largest |dO|, max_i inv_i |w dout|_i (scale_exponent),
-// and on 2^ev U and X (the forward's exponent, vscale): the pair dots come out 2^(ev + ec) times
-// theirs, and chunk_factors and chunk_pair_bwd_mma take them so. Yv and dS are stored divided by 2^ec.
+// Precision: fp32 operands as fp16 pairs, mma.glsl. As in chunk_fwd_mma, each subgroup keeps its own
+// scale for its 16 columns: it works on 2^es dO (so on 2^es dU, Yv and dS), es chosen again at every
+// chunk from the largest |dO| of its rows and a bound on |dS| of its state (|dS_end| <= Gamma |dS| +
+// 16 (|dO| + |Yv|), chunk_exponent), and on 2^ev U and X (the forward's
+// exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps the
+// smallest es of the head, ec: 2^ec bounds dO, Yv and dS for the later passes' products.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -53,7 +55,7 @@ layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] 2^(ev+ec) <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
 layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [B, nv] ec
 
@@ -66,8 +68,9 @@ layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [B
 // chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
 // in that tile (the step left U dO^T's in the dO tile). The lane's X rows (xr) of the chunk's rows
 // tile_row(lane, e) come loaded.
-// Yv^T and X come scaled by 2^ec and 2^ev; Yv is stored times inv_sc = 2^-ec.
-void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0, float inv_sc) {
+// Yv^T and X come scaled by 2^es and 2^ev: Yv is stored times inv_sc = 2^-es, the share times
+// inv_p = 2^-(ev + es).
+void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0, float inv_sc, float inv_p) {
   const F32M y = (F32M(yh) + F32M(yl) * (1.0 / LO)) * inv_sc;  // (to 2^-22: the split's accuracy)
   if (k.L == CH) {
     coopMatStoreNV(y, yv, head_row(k, 0u) * D + col0, pc.nv * D, true);  // Yv [i][column]
@@ -88,7 +91,7 @@ void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint co
   }
   F32M p = F32M(0.0);
   mma_split_into(p, xh_, xl_, yh, yl);
-  coopMatStoreNV(p, tiles, t_at, 16u, false);
+  coopMatStoreNV(p * inv_p, tiles, t_at, 16u, false);
 }
 
 // The pair dots of chunk k: the sums of the 8 subgroups' shares that yv_out left in their tiles
@@ -117,22 +120,13 @@ void main() {
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  // ec from max_i inv_i max_c |w dout|_ic over the head's window (rows tid / 32 + 8 n, elements
-  // 4 (tid % 32) ..): dO = inv w dout - o inv^3 <w dout, o> / D is at most about twice that.
-  float gmax = 0.0;
-  {
-    const uint rs = pc.nv * D / 4u;
-    const vec4 nwr = abs(norm4[tid % 32u]);
-    for (uint i = tid / 32u; i < pc.t; i += 8u) {
-      const uint row = (b * pc.t + i) * pc.nv + h, at = row * D / 4u + tid % 32u;
-      gmax = max(gmax, inv_rms[row] * max4(abs(silu(z4[at]) * dout4[at]) * nwr));
-    }
-  }
-  const int ev = int(vscale[bh]), ec = scale_exponent(workgroup_max(gmax, sg, lane));
-  const float sv = ldexp(1.0, ev), sc = ldexp(1.0, ec), inv_sc = ldexp(1.0, -ec);
-  if (tid == 0u) dscale[bh] = float(ec);
+  const int ev = int(vscale[bh]);
+  const float sv = ldexp(1.0, ev);
+  int es = 0, ec = 60;  // the subgroup's exponent now, and its smallest over the window
+  float dsmax = 0.0;    // a bound on the largest |dS| of its columns (the true value)
+  float inv_sc = 1.0;   // 2^-es
 
-  F32M dst[8];  // 2^ec dS^T: [column][row 16 rt ..]
+  F32M dst[8];  // 2^es dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
 
   // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
@@ -152,8 +146,10 @@ void main() {
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u) yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, inv_sc);  // the chunk before
+    if (cc > 0u)  // the chunk before
+      yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
+    float domax, ds0max = 0.0, ymax = 0.0;  // the largest |dO| (true); the lane's largest |dS|, |Yv| (scaled)
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
@@ -167,16 +163,28 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
     {
+      vec4 dO[2];
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
         const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
         const float coef = row_total(i) / float(D) * inv[e] * inv[e] * inv[e];
-        const vec4 dO = inv[e] * wd[e] - o[e] * coef;
-        PUT_TILE4(t_do + t_lane + 128u * e, sc * dO)
+        dO[e] = inv[e] * wd[e] - o[e] * coef;
         if (i < k.L) {
-          do4[at] = dO;
+          do4[at] = dO[e];
           dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
         }
       }
+      // the chunk's scale
+      domax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+      const int en = chunk_exponent(max(domax, dsmax), es);
+      if (en != es) {
+        const float r = ldexp(1.0, en - es);
+        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * r;
+        es = en;
+        inv_sc = ldexp(1.0, -es);
+      }
+      ec = min(ec, es);
+      const float sc = ldexp(1.0, es);
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, sc * dO[e])
       TILE_SYNC()  // the subgroup's dO tile is in
     }
 
@@ -200,7 +208,7 @@ void main() {
     }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split(dst[rt], sh, sl);
+      split_max(dst[rt], sh, sl, ds0max);
       coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
       coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
@@ -217,7 +225,7 @@ void main() {
       split(m, ah, al);
       m = F32M(0.0);
       mma_split_into(m, ah, al, oh, ol);
-      coopMatStoreNV(m, tiles, t_do, 16u, false);
+      coopMatStoreNV(m * (inv_sc * ldexp(1.0, -ev)), tiles, t_do, 16u, false);
     }
     du = unsplit(du, du_lo);
 
@@ -240,11 +248,15 @@ void main() {
       coopMatLoadNV(bl, tl, 0u, PP, false);
       F32M yt = F32M(0.0), y_lo = F32M(0.0);
       MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
-      split(unsplit(yt, y_lo), yth, ytl);
+      split_max(unsplit(yt, y_lo), yth, ytl, ymax);
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
     // loads of the stages)
     const float gam = exp(cur.lgam);
+    {
+      const vec2 m = subgroup_max32(vec2(ds0max, ymax)) * inv_sc;
+      dsmax = gam * m.x + 16.0 * (m.y + domax);
+    }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);
@@ -257,7 +269,9 @@ void main() {
       dst[rt] = unsplit(acc, lo);
     }
   }
-  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, inv_sc);  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
+  const float ec_head = workgroup_min_after(float(ec), sg, lane);
+  if (tid == 0u) dscale[bh] = ec_head;
 }

@@ -9,8 +9,8 @@
 //   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // It also writes each row's dbeta into its record: sum_j F_ij G_ij (G = K K^T, chunk_prep_fwd's
 // tape) plus sum_c X o Yv (the pair dot <Yv_i, x_i>).
-// The pair dots come 2^(ev + ec) times their values (chunk_dstate_mma), and so do M, Z, F and the
-// factors made from them (chunk_pair_bwd_mma's products take them so); dbeta is stored divided by it.
+// The factors but diag(beta gamma) leave scaled by 2^(ev + ec), the head's exponents (mma.glsl), as
+// chunk_pair_bwd_mma's products take them.
 // One workgroup of 256 per (window b, v-head h, chunk c); invocation (i, j) = (tid / 16, tid % 16).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -72,10 +72,11 @@ void main() {
   db += subgroupShuffleXor(db, 2u);
   db += subgroupShuffleXor(db, 4u);
   db += subgroupShuffleXor(db, 8u);
-  if (j == 0u && i < k.L) rec[head_row(k, i) * RW + 2u * D + 1u] = ldexp(db, -int(vscale[bh] + dscale[bh]));
+  if (j == 0u && i < k.L) rec[head_row(k, i) * RW + 2u * D + 1u] = db;
   barrier();
 
   // The factors, item n: factor n / 64, row m = (n / 4) % 16, columns 4 q .. 4 q + 3 (q = n % 4).
+  const int e_s = int(vscale[bh] + dscale[bh]);
   for (uint n = tid; n < NCF * 64u; n += 256u) {
     const uint c = n / 64u, r = (n / 4u) % 16u, q = n % 4u;
     vec4 x;
@@ -87,6 +88,7 @@ void main() {
       else if (c == CF_E1) x[l] = bet[col] * fs[col * 16u + r];
       else x[l] = bet[r] * fs[r * 16u + col];
     }
+    if (c != CF_BG) x = ldexp(x, ivec4(e_s));
     const uint at = factor_at(wg, c, r) + q;
     PUT_SPLIT4_TO(fac[at], fac[at + 64u], x)  // hi, lo: 64 uvec2s apart (chunk_factors.glsl)
   }

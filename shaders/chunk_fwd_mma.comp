@@ -14,9 +14,13 @@
 // (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u,
 // X = V - K^ S0 and 1/rms only where a tape keeps them for the backward (chunk_pair_bwd_mma's dT
 // and dbeta are products with X).
-// Precision: fp32 operands as fp16 pairs, mma.glsl. The pass works on 2^ev V (so on 2^ev U, X, S and
-// O), ev per head from its largest |v| (scale_exponent), and stores U, X, O and the states divided
-// by 2^ev: the tape holds their true values, and vscale the exponent ev.
+// Precision: fp32 operands as fp16 pairs, mma.glsl. A subgroup's 16 state columns evolve apart from
+// the others' (the delta rule is separable along the value dims), so each subgroup keeps its own
+// scale: it works on 2^es V (so on 2^es U, X, S and O) with es chosen again at every chunk from the
+// largest |v| of its V rows and a bound on |S| of its state (chunk_exponent; the state is rescaled,
+// exactly, |S_end| <= Gamma |S0| + 16 |U| |K~| with |K~| <= 1),
+// and stores U, X, O and the states divided by 2^es: the tape holds their true values. vscale keeps
+// the smallest es of the head, ev: 2^ev bounds U, X and S for the backward's products.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -83,21 +87,9 @@ void main() {
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  // ev: the head's largest |v| over its window (rows tid / 32 + 8 n, elements 4 (tid % 32) ..)
-  float vmax = 0.0;
-  {
-    const uint at0 = y_at(b * pc.t, h) / 4u + tid % 32u, rs = pc.nv * D / 4u;  // row stride, vec4s
-    uint i = tid / 32u;
-    for (; i + 24u < pc.t; i += 32u)  // four loads in flight
-      vmax = max(vmax, max4(max(max(abs(y4[at0 + i * rs]), abs(y4[at0 + (i + 8u) * rs])),
-                                max(abs(y4[at0 + (i + 16u) * rs]), abs(y4[at0 + (i + 24u) * rs])))));
-    for (; i < pc.t; i += 8u) vmax = max(vmax, max4(abs(y4[at0 + i * rs])));
-  }
-  const int ev = scale_exponent(workgroup_max(vmax, sg, lane));
-  const float sv = ldexp(1.0, ev), inv_sv = ldexp(1.0, -ev);
-  if (tid == 0u) vscale[bh] = float(ev);
-
-  F32M st[8];  // 2^ev S^T: [column][row 16 rt ..]
+  int es = 0, ev = 60;  // the subgroup's exponent now, and its smallest over the window
+  float smax = 0.0;     // a bound on the largest |S| of its columns (the true value)
+  F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
   // A chunk's operators and V are loaded while the chunk before makes its products, from the barrier
@@ -118,6 +110,16 @@ void main() {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = next;
     const vec4 v[2] = v_next;
+    {  // the chunk's scale
+      const int en = chunk_exponent(max(subgroup_max32(max(max4(abs(v[0])), max4(abs(v[1])))), smax), es);
+      if (en != es) {
+        const float r = ldexp(1.0, en - es);
+        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = st[rt] * r;
+        es = en;
+      }
+      ev = min(ev, es);
+    }
+    const float sv = ldexp(1.0, es), inv_sv = ldexp(1.0, -es);
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
@@ -140,10 +142,11 @@ void main() {
     // X^T = V^T - S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major
     // loads); then U^T = X^T (T diag(beta))^T
     F32M x, x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
+    float s0max = 0.0, umax = 0.0;  // the lane's largest |S0|, |U| (scaled)
     coopMatLoadNV(x, tiles, t_u, 16u, true);  // V^T [column][j]
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split(st[rt], sh, sl);
+      split_max(st[rt], sh, sl, s0max);
       coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
       coopMatLoadNV(bl, xl, 4u * rt, DP, true);
       MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
@@ -171,7 +174,7 @@ void main() {
       mma_split_into(u, xh, xl, bh_, bl);
     }
     F16M uh, ul;
-    split(u, uh, ul);
+    split_max(u, uh, ul, umax);
     {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j])
       F16M bh_, bl;
       coopMatLoadNV(bh_, ph, 0u, PP, true);
@@ -198,6 +201,10 @@ void main() {
     }
 
     const float gam = exp(cur.lgam);
+    {
+      const vec2 m = subgroup_max32(vec2(s0max, umax));
+      smax = (gam * m.x + 16.0 * m.y) * inv_sv;
+    }
 
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
@@ -216,4 +223,6 @@ void main() {
   }
   barrier();
   put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
+  const float ev_head = workgroup_min_after(float(ev), sg, lane);
+  if (tid == 0u) vscale[bh] = ev_head;
 }

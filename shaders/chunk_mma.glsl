@@ -65,13 +65,28 @@ float row_total(uint i) {
   return x;
 }
 
-// The largest x over the workgroup, through row_part (before the passes' loops, which write it only
-// after their first barrier). Every invocation must call it: it has a barrier.
-float workgroup_max(float x, uint sg, uint lane) {
+// The largest x over the subgroup (of 32).
+float subgroup_max32(float x) {
   [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
+  return x;
+}
+vec2 subgroup_max32(vec2 x) {
+  [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
+  return x;
+}
+// The exponent a subgroup's scale takes for a chunk whose largest magnitude is m, from es: es itself
+// while m 2^es is in [2^-6, 2) (a state is rescaled only when it must be), else scale_exponent(m).
+int chunk_exponent(float m, int es) {
+  const int en = scale_exponent(m);
+  return en < es || en > es + 6 ? en : es;
+}
+// The smallest x over the workgroup, through row_part, after the passes' loops. Every invocation
+// must call it: it has barriers.
+float workgroup_min_after(float x, uint sg, uint lane) {
+  barrier();  // the loops' readers of row_part are done
   if (lane == 0u) row_part[sg] = x;
   barrier();
-  [[unroll]] for (uint g = 0u; g < NSG; ++g) x = max(x, row_part[g]);
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) x = min(x, row_part[g]);
   return x;
 }
 

@@ -44,6 +44,17 @@ void split(F32M x, out F16M hi, out F16M lo) {
   lo = F16M((x - h) * LO);
 }
 
+// split, and m = max(m, the largest |x| of the lane's elements).
+void split_max(F32M x, out F16M hi, out F16M lo, inout float m) {
+  F32M h = x;
+  for (int e = 0; e < h.length(); ++e) {
+    h[e] = hi_part(x[e]);
+    m = max(m, abs(x[e]));
+  }
+  hi = F16M(h);
+  lo = F16M((x - h) * LO);
+}
+
 // acc += a b for split operands, their lo products added at once: one accumulator per result where
 // registers are short (the lo sum of each call rounds once more than MMA_SPLIT's running one).
 void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
