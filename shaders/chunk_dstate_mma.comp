@@ -25,8 +25,8 @@
 // step's two barriers.
 // Precision: fp32 operands as fp16 pairs, mma.glsl. As in chunk_fwd_mma, each subgroup keeps its own
 // scale for its 16 columns: it works on 2^es dO (so on 2^es dU, Yv and dS), es chosen again at every
-// chunk from the largest |dO| of its rows and a bound on |dS| of its state (|dS_end| <= Gamma |dS| +
-// 16 (|dO| + |Yv|), chunk_exponent), and on 2^ev U and X (the forward's
+// chunk from the largest |dO| of its rows and |dS| of its state (chunk_exponent), and on 2^ev U and
+// X (the forward's
 // exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps the
 // smallest es of the head, ec: 2^ec bounds dO, Yv and dS for the later passes' products.
 #extension GL_KHR_shader_subgroup_basic : require
@@ -58,6 +58,8 @@ layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, 
 layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
 layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [B, nv] ec
+layout(set = 0, binding = 19) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
+layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
@@ -123,7 +125,7 @@ void main() {
   const int ev = int(vscale[bh]);
   const float sv = ldexp(1.0, ev);
   int es = 0, ec = 60;  // the subgroup's exponent now, and its smallest over the window
-  float dsmax = 0.0;    // a bound on the largest |dS| of its columns (the true value)
+  float dsmax = 0.0;    // the largest |dS| of its columns (the true value)
   float inv_sc = 1.0;   // 2^-es
 
   F32M dst[8];  // 2^es dS^T: [column][row 16 rt ..]
@@ -149,7 +151,6 @@ void main() {
     if (cc > 0u)  // the chunk before
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
-    float domax, ds0max = 0.0, ymax = 0.0;  // the largest |dO| (true); the lane's largest |dS|, |Yv| (scaled)
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
@@ -174,8 +175,7 @@ void main() {
         }
       }
       // the chunk's scale
-      domax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
-      const int en = chunk_exponent(max(domax, dsmax), es);
+      const int en = chunk_exponent(max(subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1])))), dsmax), es);
       if (en != es) {
         const float r = ldexp(1.0, en - es);
         [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * r;
@@ -199,16 +199,19 @@ void main() {
     coopMatLoadNV(dOt, tiles, t_do, 16u, true);
     F16M oh, ol;
     split(dOt, oh, ol);
+    // (2^ep P and 2^eqk K~ staged: dO^T P alone first, brought to 2^eqk, then dS^T K~^T, and the sum back)
+    const float sq = ldexp(1.0, cur.eqk), inv_sq = ldexp(1.0, -cur.eqk);
     F32M du = F32M(0.0), du_lo = F32M(0.0);
     {
       F16M bh_, bl;
       coopMatLoadNV(bh_, ph, 0u, PP, false);
       coopMatLoadNV(bl, pl, 0u, PP, false);
-      MMA_SPLIT(du, du_lo, oh, ol, bh_, bl)
+      mma_split_into(du, oh, ol, bh_, bl);
+      du = du * ldexp(1.0, cur.eqk - cur.ep);
     }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split_max(dst[rt], sh, sl, ds0max);
+      split(dst[rt], sh, sl);
       coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
       coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
@@ -227,7 +230,7 @@ void main() {
       mma_split_into(m, ah, al, oh, ol);
       coopMatStoreNV(m * (inv_sc * ldexp(1.0, -ev)), tiles, t_do, 16u, false);
     }
-    du = unsplit(du, du_lo);
+    du = unsplit(du, du_lo) * inv_sq;
 
     FETCH_TILE(x4, k, lane, col0, xr)
     xr[0] *= sv;
@@ -248,26 +251,23 @@ void main() {
       coopMatLoadNV(bl, tl, 0u, PP, false);
       F32M yt = F32M(0.0), y_lo = F32M(0.0);
       MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
-      split_max(unsplit(yt, y_lo), yth, ytl, ymax);
+      split(unsplit(yt, y_lo), yth, ytl);
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
     // loads of the stages)
     const float gam = exp(cur.lgam);
-    {
-      const vec2 m = subgroup_max32(vec2(ds0max, ymax)) * inv_sc;
-      dsmax = gam * m.x + 16.0 * (m.y + domax);
-    }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);
       coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
       coopMatLoadNV(wb, xh, 4u * rt, DP, false);
       coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
-      F32M acc = dst[rt] * gam, lo = F32M(0.0);
+      F32M acc = dst[rt] * (gam * sq), lo = F32M(0.0);
       MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
       MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
-      dst[rt] = unsplit(acc, lo);
+      dst[rt] = unsplit(acc, lo) * inv_sq;
     }
+    dsmax = state_absmax(dst) * inv_sc;
   }
   yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));  // the last chunk's (chunk 0)
   barrier();

@@ -17,8 +17,7 @@
 // Precision: fp32 operands as fp16 pairs, mma.glsl. A subgroup's 16 state columns evolve apart from
 // the others' (the delta rule is separable along the value dims), so each subgroup keeps its own
 // scale: it works on 2^es V (so on 2^es U, X, S and O) with es chosen again at every chunk from the
-// largest |v| of its V rows and a bound on |S| of its state (chunk_exponent; the state is rescaled,
-// exactly, |S_end| <= Gamma |S0| + 16 |U| |K~| with |K~| <= 1),
+// largest |v| of its V rows and |S| of its state (chunk_exponent; the state is rescaled, exactly),
 // and stores U, X, O and the states divided by 2^es: the tape holds their true values. vscale keeps
 // the smallest es of the head, ev: 2^ev bounds U, X and S for the backward's products.
 #extension GL_KHR_shader_subgroup_basic : require
@@ -47,6 +46,8 @@ layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T
 layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
 layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the same, as floats
 layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [B, nv] ev (tape)
+layout(set = 0, binding = 15) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
+layout(set = 0, binding = 16) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -88,7 +89,7 @@ void main() {
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   int es = 0, ev = 60;  // the subgroup's exponent now, and its smallest over the window
-  float smax = 0.0;     // a bound on the largest |S| of its columns (the true value)
+  float smax = 0.0;     // the largest |S| of its columns (the true value)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
@@ -120,12 +121,14 @@ void main() {
       ev = min(ev, es);
     }
     const float sv = ldexp(1.0, es), inv_sv = ldexp(1.0, -es);
+    // the staged operators' scales: 2^eqk K~, Q~, -K^; 2^ep P
+    const float sq = ldexp(1.0, cur.eqk), inv_sq = ldexp(1.0, -cur.eqk);
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, sv * v[e])
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, (sv * sq) * v[e])
     barrier();
     if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
       const Chunk k1 = chunk_of(b, h, c + 1u);
@@ -142,11 +145,10 @@ void main() {
     // X^T = V^T - S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major
     // loads); then U^T = X^T (T diag(beta))^T
     F32M x, x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
-    float s0max = 0.0, umax = 0.0;  // the lane's largest |S0|, |U| (scaled)
     coopMatLoadNV(x, tiles, t_u, 16u, true);  // V^T [column][j]
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split_max(st[rt], sh, sl, s0max);
+      split(st[rt], sh, sl);
       coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
       coopMatLoadNV(bl, xl, 4u * rt, DP, true);
       MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
@@ -157,7 +159,7 @@ void main() {
     F32M u = F32M(0.0);
     {
       F16M xh, xl, bh_, bl;
-      const F32M xs = unsplit(x, x_lo);
+      const F32M xs = unsplit(x, x_lo) * inv_sq;
       if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
         if (k.L == CH) {
           coopMatStoreNV(xs * inv_sv, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
@@ -174,14 +176,15 @@ void main() {
       mma_split_into(u, xh, xl, bh_, bl);
     }
     F16M uh, ul;
-    split_max(u, uh, ul, umax);
-    {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j])
+    split(u, uh, ul);
+    {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j]), each scaled back
       F16M bh_, bl;
       coopMatLoadNV(bh_, ph, 0u, PP, true);
       coopMatLoadNV(bl, pl, 0u, PP, true);
-      MMA_SPLIT(o, o_lo, uh, ul, bh_, bl)
+      F32M op = F32M(0.0);
+      mma_split_into(op, uh, ul, bh_, bl);
+      o = unsplit(o, o_lo) * ldexp(1.0, -(es + cur.eqk)) + op * ldexp(1.0, -(es + cur.ep));
     }
-    o = unsplit(o, o_lo) * inv_sv;
     // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
     // through the V tile with O
     const bool u_tile = pc.keep != 0u && k.L < CH;
@@ -201,20 +204,17 @@ void main() {
     }
 
     const float gam = exp(cur.lgam);
-    {
-      const vec2 m = subgroup_max32(vec2(s0max, umax));
-      smax = (gam * m.x + 16.0 * m.y) * inv_sv;
-    }
 
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M bh_, bl;
       coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
       coopMatLoadNV(bl, kl, 4u * rt, DP, false);
-      F32M acc = st[rt] * gam, lo = F32M(0.0);
+      F32M acc = st[rt] * (gam * sq), lo = F32M(0.0);
       MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
-      st[rt] = unsplit(acc, lo);
+      st[rt] = unsplit(acc, lo) * inv_sq;
     }
+    smax = state_absmax(st) * inv_sv;
 
     // (the next chunk's writes of row_part come after its second barrier, by when the reads of
     // these row sums are done)

@@ -15,7 +15,10 @@
 //   product on its chain, so that no pass makes W.
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
 // for chunk_dstate_mma on the H200 at the 27B shape.
-// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]) and gates ([3][B, T, nv]).
+// The staged K~, Q~ and third operator are 2^eqk times theirs and P 2^ep times (chunk_prep_fwd's
+// exponents, mma.glsl): the passes scale back each product they take from them.
+// Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),
+// eqkb ([B, nk, nch]) and epb ([B, nv, nch]).
 #define NSG 8u
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
@@ -70,15 +73,18 @@ float subgroup_max32(float x) {
   [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
   return x;
 }
-vec2 subgroup_max32(vec2 x) {
-  [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
-  return x;
+// The largest |x| over a subgroup's 16 x 16 tiles st[8] (the state).
+float state_absmax(F32M st[8]) {
+  float m = 0.0;
+  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+    for (int e = 0; e < st[rt].length(); ++e) m = max(m, abs(st[rt][e]));
+  return subgroup_max32(m);
 }
 // The exponent a subgroup's scale takes for a chunk whose largest magnitude is m, from es: es itself
-// while m 2^es is in [2^-6, 2) (a state is rescaled only when it must be), else scale_exponent(m).
+// while m 2^es is in [1/4, 2) (the state is rescaled less often), else scale_exponent(m).
 int chunk_exponent(float m, int es) {
   const int en = scale_exponent(m);
-  return en < es || en > es + 6 ? en : es;
+  return en < es || en > es + 2 ? en : es;
 }
 // The smallest x over the workgroup, through row_part, after the passes' loops. Every invocation
 // must call it: it has barriers.
@@ -94,6 +100,7 @@ float workgroup_min_after(float x, uint sg, uint lane) {
 struct Operators {
   vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
   float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
+  int eqk, ep;         // the chunk's exponents (chunk_prep_fwd)
 #ifdef DSTATE_STAGE
   float bei[2];        // beta of those rows
 #endif
@@ -121,6 +128,9 @@ Operators fetch_operators(Chunk k, uint tid) {
     }
   }
   f.lgam = chunk_lg(k, CH - 1u);
+  const uint nch = (pc.t + CH - 1u) / CH;
+  f.eqk = int(eqkb[(k.b * pc.nk + k.ko) * nch + k.c]);
+  f.ep = int(epb[(k.b * pc.nv + k.h) * nch + k.c]);
   f.p = vec4(0.0);
   f.t = vec4(0.0);
 #ifndef DSTATE_STAGE
@@ -139,18 +149,20 @@ Operators fetch_operators(Chunk k, uint tid) {
 // Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs. Between two
 // workgroup barriers.
 void stage_operators(Operators f, uint tid) {
+  const float sq = ldexp(1.0, f.eqk);
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
-    PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * f.k[e])
-    PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * f.q[e])
+    const vec4 k = sq * f.k[e], q = sq * f.q[e];
+    PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * k)
+    PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * q)
 #ifdef DSTATE_STAGE
-    PUT_SPLIT4(xh, xl, at, -f.bei[e] * exp(f.lgi[e]) * f.k[e])
+    PUT_SPLIT4(xh, xl, at, -f.bei[e] * exp(f.lgi[e]) * k)
 #else
-    PUT_SPLIT4(xh, xl, at, -exp(f.lgi[e]) * f.k[e])
+    PUT_SPLIT4(xh, xl, at, -exp(f.lgi[e]) * k)
 #endif
   }
   if (tid < 64u) {
-    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p)
+    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, ldexp(f.p, ivec4(f.ep)))
 #ifdef DSTATE_STAGE
     PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
 #else

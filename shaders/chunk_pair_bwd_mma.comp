@@ -47,7 +47,8 @@
 // Scales (mma.glsl): the states, u, dO and Yv come as their true values and are staged as
 // 2^ev S0, 2^ec dSe, 2^ev U~, 2^ec dO~, 2^ec Yv (the exponents of chunk_fwd_mma and
 // chunk_dstate_mma, which chunk_factors' factors carry too), so every product of the pass comes out
-// 2^(ev + ec) times its value, and the records are stored divided by it.
+// 2^(ev + ec) times its value, and the records are stored divided by it. q^ and k^ are staged 2^eqk
+// times theirs (the chunk's exponent, chunk_prep_fwd), and each product with them scaled back.
 //
 // Shared memory: one float array, `tiles`, holds phase 1's stages (46.5 KiB of fp16 pairs, two
 // halves to a float) and then phase 2's fp32 16 x 16 tile per subgroup (16 KiB); with the sums below
@@ -77,6 +78,7 @@ layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  //
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
 layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
 layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
+layout(set = 0, binding = 12) readonly buffer Eqk { float eqkb[]; };      // [B, nk, nch] eqk (chunk_prep_fwd)
 
 #define CHUNK_NO_SHARED_GATES  // (sc_do, sc_u below)
 #include "chunk.glsl"
@@ -264,6 +266,9 @@ void main() {
   }
   barrier();
   const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 0.0;
+  // 2^eqk of chunks a and b
+  const float sq_a = ldexp(1.0, int(eqkb[(b * pc.nk + ka.ko) * nch + ka.c]));
+  const float sq_b = has_b ? ldexp(1.0, int(eqkb[(b * pc.nk + kb.ko) * nch + kb.c])) : 1.0;
 
   // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
   const uint ab = sg / 8u, q = sg % 8u;
@@ -271,9 +276,9 @@ void main() {
   // chunk b's K_a^T (for Sm), staged [i][r] and read column-major.
   F16M c1h, c1l, c2h = F16M(0.0), c2l = F16M(0.0);
   {
-    stage_rows(0u, fk, tid);  // K_a (rows past the chunk: zero)
-    stage_rows(16u, fq, tid);  // Q_b
-    stage_rows(RC, -(beta_b * sc_do[16u + fi]) * fkb, tid);  // -diag(beta gamma) K_b
+    stage_rows(0u, sq_a * fk, tid);  // 2^eqk K_a (rows past the chunk: zero)
+    stage_rows(16u, sq_b * fq, tid);  // 2^eqk Q_b
+    stage_rows(RC, -(beta_b * sc_do[16u + fi]) * (sq_b * fkb), tid);  // 2^eqk -diag(beta gamma) K_b
     barrier();
     LOAD_STATE_T(c1h, c1l, ab == 0u ? 16u : 0u, 4u * q)  // Q_b or K_a
     if (ab == 0u) LOAD_STATE_T(c2h, c2l, RC, 4u * q)   // -(diag(beta gamma) K_b)^T
@@ -299,16 +304,18 @@ void main() {
       const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
       F32M made;
       if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q_b^T dO~_b - K_b^T diag(beta gamma) Yv_b
-        made = other * gam_b;
+        made = other * (gam_b * sq_b);
         LOAD_OP(bh_, bl, 3u + OP_DO, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
         LOAD_OP(bh_, bl, 3u + OP_YV, j, false)
         mma_split_into(made, c2h, c2l, bh_, bl);
+        made = made * (1.0 / sq_b);
         sdot_part += dot_tiles(made, edge);
       } else {  // Sm^T = Gamma_a S0^T + K_a^T U~_a
-        made = other * gam_a;
+        made = other * (gam_a * sq_a);
         LOAD_OP(bh_, bl, OP_U, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
+        made = made * (1.0 / sq_a);
         sdot_part += dot_tiles(edge, made);
       }
       // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
@@ -348,8 +355,9 @@ void main() {
   PUT_LANE_TILE(t_at, lane, xk)
   TILE_SYNC()
   coopMatLoadNV(kt, tiles, t_at, 16u, true);
-  split(kt, kth, ktl);
-  split(w * -1.0, wth, wtl);
+  const float sq = ab == 0u ? sq_a : sq_b, inv_sq = 1.0 / sq;  // the chunk's 2^eqk: each product's left operand
+  split(kt * sq, kth, ktl);
+  split(w * -sq, wth, wtl);
   TILE_SYNC()  // every lane's loads of the tile are done
 
   // ---- the subgroup's columns of the [CH x D] results, transposed ----
@@ -361,20 +369,23 @@ void main() {
     PUT_LANE_TILE(t_at, lane, xq)
     TILE_SYNC()
     coopMatLoadNV(qt, tiles, t_at, 16u, true);
-    split(qt, qh, ql);
+    split(qt * sq, qh, ql);
     TILE_SYNC()
-    F32M dm = x2;  // X2g^T
-    extra = dot_tiles(kt, dm);
+    extra = dot_tiles(kt, x2);
+    F32M dm = x2 * sq;  // X2g^T, as the products below come
     mma_split_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
     mma_split_into(dm, kth, ktl, fh[CF_E2], fl[CF_E2]);
     F32M dk = dm;
     mma_split_into(dk, wth, wtl, fh[CF_BG], fl[CF_BG]);
     mma_split_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
+    dk = dk * inv_sq;
+    dm = dm * inv_sq;
     store_rows(dk * unscale, k, t_at, lane, D + col0);
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
-    F32M dq = x1;  // X1g^T
+    F32M dq = x1 * sq;  // X1g^T
     mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
+    dq = dq * inv_sq;
     store_rows(dq * unscale, k, t_at, lane, col0);
     asum = asum + times(qt, dq);
     row_share(asum, t_at, lane, sg);

@@ -11,8 +11,12 @@
 // backward's dbeta reads it). No pass makes W = T diag(beta gamma) K: the forward takes its products
 // as ones with diag(gamma) K and T diag(beta), the backward as ones with diag(beta gamma) K and T.
 // G and H are 16 x 16 x 128 products on the matrix units (mma.glsl): subgroup s makes their shares
-// over key dims 16 s .. 16 s + 15, the workgroup adds the 8. The per-head part runs HB heads at a
-// time (the group of the 27B shape, 3, in one batch).
+// over key dims 16 s .. 16 s + 15 (from its q^, k^ scaled by a power of two, its shares scaled back),
+// the workgroup adds the 8. The per-head part runs HB heads at a time (the group of the 27B shape, 3,
+// in one batch).
+// It also stores the exponents with which the later passes stage the chunk's operators (mma.glsl's
+// scale_exponent): eqk from the largest |q^|, |k^| of the chunk (q^ and k^ are small when qkv is:
+// the l2 norms' 1e-6 dominates below about 1e-3), ep from the largest |P_h| of each head.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -29,6 +33,8 @@ layout(set = 0, binding = 6) readonly buffer A { float a_in[]; };       // [B, T
 layout(set = 0, binding = 7) readonly buffer Bw { float b_in[]; };      // [B, T, nv] the layer's input b
 layout(set = 0, binding = 8) readonly buffer DtBias { float dt_bias[]; };  // [nv]
 layout(set = 0, binding = 9) writeonly buffer Gm { float g_out[]; };    // [B, nk, nch, CH, CH] G (tape)
+layout(set = 0, binding = 10) writeonly buffer Eqk { float eqk_out[]; };  // [B, nk, nch] eqk
+layout(set = 0, binding = 11) writeonly buffer Ep { float ep_out[]; };    // [B, nv, nch] ep
 
 // The chunk's rows: CH = 16 (the matrix units' chunk; the host builds this pass for no other).
 #define R 16u
@@ -37,6 +43,12 @@ shared float tiles[8u * 512u];  // per subgroup two fp32 16 x 16 tiles: k^, q^ [
 shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
 shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
+shared float part_max[8u * HB];  // per subgroup: its largest |q^|, |k^|; then per head of a batch, |P_h|
+
+float subgroup_max32(float x) {
+  [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
+  return x;
+}
 
 // The gates of invocation (head hfirst + tid / R, row i = tid % R) of a batch of nh heads, made by
 // make_gate as gate_prep makes them (this pass replaces it): stores g, beta, a + dt_bias for the
@@ -66,16 +78,23 @@ void main() {
 
   {  // G and H: the subgroup's shares over its 16 key dims, then their sum
     const uint lane = gl_SubgroupInvocationID, t0k = gl_SubgroupID * 512u, t0q = t0k + 256u;
+    vec4 ks[2] = vec4[2](vec4(0.0), vec4(0.0)), qs[2] = ks;
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {  // the lane's share (tile_row, tile_lane) of the tiles
-      const uint i = tile_row(lane, e), at = tile_lane(lane) + 128u * e;
+      const uint i = tile_row(lane, e);
       const uint r4 = 4u * gl_SubgroupID + lane % 4u;
-      vec4 k = vec4(0.0), q = vec4(0.0);
       if (i < L) {
-        q = qkn4[qk_at(QK_Q, bt0 + i, ko) / 4u + r4];
-        k = qkn4[qk_at(QK_K, bt0 + i, ko) / 4u + r4];
+        qs[e] = qkn4[qk_at(QK_Q, bt0 + i, ko) / 4u + r4];
+        ks[e] = qkn4[qk_at(QK_K, bt0 + i, ko) / 4u + r4];
       }
-      PUT_TILE4(t0k + at, k)
-      PUT_TILE4(t0q + at, q)
+    }
+    const float m = subgroup_max32(max(max4(max(abs(qs[0]), abs(qs[1]))), max4(max(abs(ks[0]), abs(ks[1])))));
+    if (lane == 0u) part_max[gl_SubgroupID] = m;
+    const int e_sub = scale_exponent(m);
+    const float s_sub = ldexp(1.0, e_sub);
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+      const uint at = tile_lane(lane) + 128u * e;
+      PUT_TILE4(t0k + at, s_sub * ks[e])
+      PUT_TILE4(t0q + at, s_sub * qs[e])
     }
     TILE_SYNC()
     F32M x;
@@ -90,9 +109,15 @@ void main() {
     split(x, ah, al);
     mma_split_into(hq, ah, al, kth, ktl);
     subgroupBarrier();  // every lane's loads of the tiles are done
-    coopMatStoreNV(g, tiles, t0k, 16u, false);
-    coopMatStoreNV(hq, tiles, t0q, 16u, false);
+    const float back = ldexp(1.0, -2 * e_sub);
+    coopMatStoreNV(g * back, tiles, t0k, 16u, false);
+    coopMatStoreNV(hq * back, tiles, t0q, 16u, false);
     barrier();
+    if (tid == 0u) {
+      float mq = 0.0;
+      [[unroll]] for (uint s = 0u; s < 8u; ++s) mq = max(mq, part_max[s]);
+      eqk_out[wg] = float(scale_exponent(mq));  // wg = (b*nk + ko)*nch + c
+    }
     float gs = 0.0, hs = 0.0;
     [[unroll]] for (uint s = 0u; s < 8u; ++s) {
       gs += tiles[s * 512u + tid];
@@ -126,9 +151,17 @@ void main() {
       const uint i = tid / R, j = tid % R;
       const float decay = j <= i ? exp(lgs[hb * R + i] - lgs[hb * R + j]) : 0.0;
       sa[hb * R * R + tid] = j < i ? bets[hb * R + i] * decay * gram[tid] : 0.0;
-      if (i < L) p_out[((bt0 + i) * pc.nv + hfirst + hb) * R + j] = decay * hqk[tid];
+      const float p = i < L ? decay * hqk[tid] : 0.0;
+      if (i < L) p_out[((bt0 + i) * pc.nv + hfirst + hb) * R + j] = p;
+      const float pm = subgroup_max32(abs(p));
+      if (gl_SubgroupInvocationID == 0u) part_max[gl_SubgroupID * HB + hb] = pm;
     }
     barrier();
+    if (tid < nh) {
+      float mp = 0.0;
+      [[unroll]] for (uint s = 0u; s < 8u; ++s) mp = max(mp, part_max[s * HB + tid]);
+      ep_out[(b * pc.nv + hfirst + tid) * nch + c] = float(scale_exponent(mp));
+    }
     if (tid < nh * R) {
       // Column m of T_h by forward substitution, T[i][m] = [i == m] - sum_{j < i} A[i][j] T[j][m] (rows
       // above m come out zero), in registers: the column depends on nothing but itself.

@@ -5,7 +5,7 @@
 // lo = fp16((x - hi) LO), scaled so that fp16 subnormals (which a device may flush) stay out of
 // the way. A product is a_hi b_hi + (a_hi b_lo + a_lo b_hi) / LO with the two sums in separate fp32
 // accumulators; the dropped a_lo b_lo is 2^-22 relative. The pair holds 22 bits of elements from
-// 2^-13 to 2^15 (lo overflows above); below 2^-13 it keeps them to 2^-26 absolute.
+// 2^-13 to 2^15 (lo overflows above), 11 bits from 2^-26 to 2^-14, and none below 2^-26.
 //
 // So the passes never split a tensor at its own magnitude: the recurrence is linear in v (given
 // k, beta and g) and the backward linear in dO, so each pass works on 2^ev V and 2^ec dO, with ev
@@ -21,10 +21,18 @@
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
 #define LO 4096.0  // the scale of the lo halves, 2^12
-// fp32 x rounded to fp16's 11 significant bits, as fp32 (exact in fp16 within its range). Integer
-// arithmetic, so that no compiler folds fp16(fp32(fp16(x))) - x to 0 (one did: the lo halves vanished).
-vec4 hi_part(vec4 x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
-float hi_part(float x) { return uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u); }
+// fp32 x rounded to fp16's 11 significant bits, as fp32 (exact in fp16 within its range), and 0 below
+// fp16's smallest normal 2^-14: the matrix units flush fp16 subnormals, so lo = (x - hi) LO carries
+// such an x whole (to 11 bits from 2^-26 up). Integer arithmetic, so that no compiler folds
+// fp16(fp32(fp16(x))) - x to 0 (one did: the lo halves vanished).
+#define HI_MIN 6.103515625e-05  // 2^-14
+vec4 hi_part(vec4 x) {
+  const vec4 h = uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u);
+  return mix(h, vec4(0.0), lessThan(abs(x), vec4(HI_MIN)));
+}
+float hi_part(float x) {
+  return abs(x) < HI_MIN ? 0.0 : uintBitsToFloat((floatBitsToUint(x) + 0x1000u) & 0xFFFFE000u);
+}
 // Stores x (4 consecutive elements) split into its pair, as two uvec2 (4 halves each: one 64-bit
 // store per half) at the lvalues hi_at and lo_at. Matrix loads index such arrays in uvec2s.
 uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2x16(f16vec2(x.zw))); }
@@ -40,17 +48,6 @@ uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2
 void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
   for (int e = 0; e < h.length(); ++e) h[e] = hi_part(x[e]);
-  hi = F16M(h);
-  lo = F16M((x - h) * LO);
-}
-
-// split, and m = max(m, the largest |x| of the lane's elements).
-void split_max(F32M x, out F16M hi, out F16M lo, inout float m) {
-  F32M h = x;
-  for (int e = 0; e < h.length(); ++e) {
-    h[e] = hi_part(x[e]);
-    m = max(m, abs(x[e]));
-  }
   hi = F16M(h);
   lo = F16M((x - h) * LO);
 }

@@ -120,8 +120,8 @@ constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
 // chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg,
-// beta, A.
-constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256)) * 4; }
+// beta, A; the subgroups' maxima (part_max).
+constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256) + 8 * 4) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
   return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
@@ -185,12 +185,12 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
     k.chunk_grads = make(dev, "chunk_grads", spirv::chunk_grads, kChunkGradsBindings, chunk_grads_shared(ch, sg), {sg, ch}, sg);
   } else {
     k.chunk_dstate_mma =
-        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 19, matrix_pass_shared(), {32, ch}, 32);
+        make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 21, matrix_pass_shared(), {32, ch}, 32);
     k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 9, chunk_factors_shared(), {32, ch}, 32);
-    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 12,
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 13,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
-    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 10, chunk_prep_fwd_shared(), {}, 32);
-    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 15, matrix_pass_shared(), {32, ch}, 32);
+    k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 12, chunk_prep_fwd_shared(), {}, 32);
+    k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 17, matrix_pass_shared(), {32, ch}, 32);
     k.conv_bwd_yv = make(dev, "conv_bwd (dv from Yv)", spirv::conv_bwd_yv, 6, 0, {conv_taps});
   }
   return k;

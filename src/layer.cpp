@@ -78,12 +78,13 @@ struct ForwardState {
   // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
   // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
   std::unique_ptr<gpu::Buffer> x, gm;
-  // The matrix units' forward: the power-of-two exponent of each head's v scale ([B, nv], mma.glsl).
-  std::unique_ptr<gpu::Buffer> vscale;
+  // The matrix units' power-of-two exponents (shaders/mma.glsl): each head's bound on U, X and the
+  // states ([B, nv]), and per chunk the q^, k^ one ([B, nk, chunks]) and the P one ([B, nv, chunks]).
+  std::unique_ptr<gpu::Buffer> vscale, eqk, ep;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
-  std::array<const std::unique_ptr<gpu::Buffer>*, 14> slots() const {
-    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc, &x, &gm, &vscale};
+  std::array<const std::unique_ptr<gpu::Buffer>*, 16> slots() const {
+    return {&y, &qkn, &nq, &gates, &o, &inv, &ck, &kv, &tm, &pm, &lgc, &x, &gm, &vscale, &eqk, &ep};
   }
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -282,6 +283,8 @@ struct LayerImpl {
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", BT * nv);
       f.vscale = buffer("v scale exponents", std::size_t(B) * nv);
+      f.eqk = buffer("q, k scale exponents", std::size_t(B) * nk * nseg(T));
+      f.ep = buffer("P scale exponents", std::size_t(B) * nv * nseg(T));
     } else if (cfg.variant != Variant::PerHead) {
       f.kv = buffer("kv per step", keep ? BT * nv * kD : 1);
     }
@@ -382,12 +385,14 @@ struct LayerImpl {
     if (chunked.chunk_fwd_mma) {
       // The gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
       r.dispatch(*chunked.chunk_prep_fwd,
-                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias), v(*f.gm)}, pc,
+                 {v(*f.qkn), v(*f.gates), v(a_log), v(*f.tm), v(*f.lgc), v(*f.pm), v(in.a), v(in.b), v(dt_bias), v(*f.gm),
+                  v(*f.eqk), v(*f.ep)},
+                 pc,
                  std::uint64_t(B) * cfg.nk * pc.nseg);
       r.mark("chunk_prep_fwd");  // gate_prep fused in
       r.dispatch(*chunked.chunk_fwd_mma,
                  {v(*f.qkn), v(*f.lgc), v(*f.tm), v(*f.kv), v(*f.pm), v(*f.o), v(*f.ck), v(in.z), v(norm), v(out), v(*f.inv),
-                  v(*f.gates), v(y_of(f)), v(*f.x), v(*f.vscale)},
+                  v(*f.gates), v(y_of(f)), v(*f.x), v(*f.vscale), v(*f.eqk), v(*f.ep)},
                  pc, std::uint64_t(B) * cfg.nv);
       r.mark("chunk_fwd_mma");  // the norm fused in
       return;
@@ -422,7 +427,7 @@ struct LayerImpl {
       r.dispatch(*chunked.chunk_dstate_mma,
                  {v(*f.qkn), v(lgc), v(*f.gates), v(*bwd.do_), v(*bwd.du), v(*bwd.dsc), v(*f.pm), v(*f.o), v(st.inputs.z),
                   v(norm), v(*f.inv), v(dout), v(g.dz), v(tm), v(*f.x), v(*f.kv), v(*bwd.pdots), v(*f.vscale),
-                  v(*bwd.dscale)},
+                  v(*bwd.dscale), v(*f.eqk), v(*f.ep)},
                  pc, heads * kMatrixDstateBlocks);
       r.mark("chunk_dstate_mma");
       r.dispatch(*chunked.chunk_factors,
@@ -444,7 +449,7 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
                  {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.fac), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.ck), v(*bwd.dsc),
-                  v(*bwd.dqk), v(*f.vscale), v(*bwd.dscale)},
+                  v(*bwd.dqk), v(*f.vscale), v(*bwd.dscale), v(*f.eqk)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
