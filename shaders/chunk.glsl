@@ -4,7 +4,9 @@
 // constant): chunk c covers tokens t0 = c*CH .. t0+L-1, L = min(CH, T - t0). Rows i >= L of a chunk
 // are padding: beta = 0, log g = 0 and every operand row zero, so they contribute nothing.
 // Within a chunk lg[i] = sum_{m <= i} log g_m (gamma_i = exp(lg[i])), and lg[CH-1] is the log of
-// Gamma, the whole chunk's decay. With S0 the state at the chunk's start (a checkpoint):
+// Gamma, the whole chunk's decay. lg is kept as a pair of floats, hi + lo (lg[], lgl[]; lgc holds
+// [2][B, T, nv]): a strong decay (log g down to -2e7 at A = 1e6) makes lg large, and the decays
+// between later rows, exp(lg_i - lg_j), need its difference to fp32's accuracy (lg_diff). With S0 the state at the chunk's start (a checkpoint):
 //   A[i][j] = beta_i exp(lg_i - lg_j) <k_i, k_j>  (j < i),   T = (I + A)^-1
 //   W = T diag(beta gamma) K,   U = T diag(beta) V - W S0        (the chunk's u rows, [CH x D])
 //   P[i][j] = exp(lg_i - lg_j) <q_i, k_j>  (j <= i)
@@ -16,7 +18,10 @@ layout(constant_id = 1) const uint CH = 32;  // chunk length, 1 .. 32
 #define RW 258u
 
 #ifndef CHUNK_NO_SHARED_GATES  // (defined by the passes that keep their gates elsewhere)
-shared float lg[CH], bet[CH];
+shared float lg[CH], lgl[CH], bet[CH];
+// lg_i - lg_j and lg_i of the chunk in lg[], lgl[]
+float lgd(uint i, uint j) { return lg_diff(lg[i], lgl[i], lg[j], lgl[j]); }
+float lg_of(uint i) { return lg[i] + lgl[i]; }
 #endif
 
 struct Chunk {
@@ -61,18 +66,22 @@ void load_chunk_gates(Chunk k, uint tid) {
   }
   barrier();
   if (tid == 0u) {  // the scan, serially: CH adds cost less than a barrier per step of a parallel one
-    float acc = 0.0;
+    float hi = 0.0, lo = 0.0;
     for (uint i = 0u; i < CH; ++i) {
-      acc += lg[i];
-      lg[i] = acc;
+      add_two(hi, lo, lg[i]);
+      lg[i] = hi;
+      lgl[i] = lo;
     }
   }
   barrier();
 }
 #else
-// lg of row i of the chunk as chunk_prep stored it ([B, T, nv]); padding rows repeat the last.
-// Needs a binding `lgc`.
-float chunk_lg(Chunk k, uint i) { return lgc[(k.b * pc.t + k.t0 + min(i, k.L - 1u)) * pc.nv + k.h]; }
+// lg of row i of the chunk as chunk_prep stored it ([2][B, T, nv]: hi, lo), (hi, lo); padding rows
+// repeat the last. Needs a binding `lgc`.
+vec2 chunk_lg(Chunk k, uint i) {
+  const uint at = (k.b * pc.t + k.t0 + min(i, k.L - 1u)) * pc.nv + k.h;
+  return vec2(lgc[at], lgc[pc.nb * pc.t * pc.nv + at]);
+}
 #ifndef CHUNK_NO_GATES  // (defined by the passes with no gates binding)
 // beta of row i of the chunk from gates ([3][B, T, nv]: g, beta, a + dt_bias); padding rows 0.
 float chunk_beta(Chunk k, uint i) { return i < k.L ? gates[pc.nb * pc.t * pc.nv + head_row(k, i)] : 0.0; }

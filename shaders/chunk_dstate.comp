@@ -13,7 +13,7 @@ layout(local_size_x = 256) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
-layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep)
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (chunk_prep)
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
 layout(set = 0, binding = 3) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 4) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
@@ -68,15 +68,18 @@ void main() {
   const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
   const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
-  float lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : 0.0;
+  vec2 lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : vec2(0.0);
 
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
     barrier();  // the previous chunk's readers of lg and ds are done
-    if (tid < CH) lg[tid] = lg_next;
+    if (tid < CH) {
+      lg[tid] = lg_next.x;
+      lgl[tid] = lg_next.y;
+    }
     if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
     barrier();
-    const float lgam = lg[CH - 1u];
+    const float lgam = lg_of(CH - 1u);
     // The chunk's end-state gradient, for chunk_values (the last chunk's is zero: not stored).
     if (k.c + 1u < nch)
       for (uint e = tid; e < COLS * D; e += 256u) {
@@ -90,7 +93,7 @@ void main() {
       barrier();  // the previous round's readers are done
       const Round cur = next;
       sk[tid] = cur.k;
-      sq[tid] = exp(lg[min(i0 + tid / (D / 4u), CH - 1u)]) * cur.q;
+      sq[tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
       sw[tid] = cur.w;
       sdo[tid / 4u][tid % 4u] = cur.dO;
       if (i0 + SUB < k.L) next = fetch(k, i0 + SUB, tid, blk);
@@ -107,7 +110,7 @@ void main() {
             a4 = fma(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]), a4);
           }
           const float a = (a4.x + a4.y) + (a4.z + a4.w);
-          x = cur.pdo + exp(lgam - lg[i]) * a;
+          x = cur.pdo + exp(lgd(CH - 1u, i)) * a;
           du[head_row(k, i) * D + blk * COLS + ju] = x;
         }
         sdu[tid / 4u][tid % 4u] = x;

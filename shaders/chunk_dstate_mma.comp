@@ -39,7 +39,7 @@ layout(constant_id = 0) const uint SG = 32;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
-layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (the forward's)
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 3) writeonly buffer Do4 { vec4 do4[]; };      // [B, T, nv*D/4] grad of o, for the later passes
 layout(set = 0, binding = 4) writeonly buffer Yv4 { vec4 yv4[]; };      // [B, T, nv*D/4] Yv = T^T dU
@@ -255,7 +255,7 @@ void main() {
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
     // loads of the stages)
-    const float gam = exp(cur.lgam);
+    const float gam = exp(cur.lgam.x + cur.lgam.y);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);

@@ -19,7 +19,7 @@
 layout(local_size_x = 256) in;  // subgroups of 32 (the host requires exactly 32): a row is 16 lanes of one
 
 layout(set = 0, binding = 0) readonly buffer Gates { float gates[]; };   // [3][B, T, nv]: beta at [1]
-layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };       // [B, T, nv] lg (the forward's)
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };       // [2][B, T, nv] lg hi, lo (the forward's)
 layout(set = 0, binding = 2) readonly buffer Tm { float t_in[]; };       // [B, T, nv, CH] T (the forward's)
 layout(set = 0, binding = 3) readonly buffer Gm { float g_in[]; };       // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd)
 layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
@@ -42,12 +42,13 @@ void main() {
   const uint bh = wg / nch, b = bh / pc.nv, h = bh % pc.nv;
   const Chunk k = chunk_of(b, h, wg % nch);
   const bool live = i < k.L && j < k.L;
-  const float lg_i = chunk_lg(k, i), lg_j = chunk_lg(k, j);
+  const vec2 lg_i = chunk_lg(k, i), lg_j = chunk_lg(k, j);
+  const float decay = exp(lg_diff(lg_i.x, lg_i.y, lg_j.x, lg_j.y));  // (used where j <= i)
   const float be_j = chunk_beta(k, j);
   float m = 0.0, yx = 0.0, g = 0.0;  // yx: <Yv_i, x_j>
   if (live) {
     const uint at = wg * 512u + tid;
-    if (j <= i) m = exp(lg_i - lg_j) * pdots[at];
+    if (j <= i) m = decay * pdots[at];
     yx = pdots[at + 256u];
     g = g_in[((b * pc.nk + k.ko) * nch + k.c) * 256u + tid];
   }
@@ -57,13 +58,14 @@ void main() {
   ts[tid] = i < k.L ? t_in[head_row(k, i) * CH + j] : 0.0;
   if (i == 0u) {  // chunk.glsl's: beta and lg of the chunk's rows
     bet[j] = be_j;
-    lg[j] = lg_j;
+    lg[j] = lg_j.x;
+    lgl[j] = lg_j.y;
   }
   barrier();
 
   float nda = 0.0;  // -dA = Z T^T
   [[unroll]] for (uint n = 0u; n < 16u; ++n) nda = fma(zs[i * 16u + n], ts[j * 16u + n], nda);
-  const float f = j < i && i < k.L ? -nda * exp(lg_i - lg_j) : 0.0;
+  const float f = j < i && i < k.L ? -nda * decay : 0.0;
   fs[tid] = f;
 
   // dbeta_i = sum_j F_ij G_ij + sum_c X o Yv (= <Yv_i, x_i>): row i is lanes 16 (i % 2) .. of a subgroup
@@ -82,7 +84,7 @@ void main() {
     vec4 x;
     [[unroll]] for (uint l = 0u; l < 4u; ++l) {
       const uint col = 4u * q + l;
-      if (c == CF_BG) x[l] = r == col ? bet[col] * exp(lg[col]) : 0.0;
+      if (c == CF_BG) x[l] = r == col ? bet[col] * exp(lg_of(col)) : 0.0;
       else if (c == CF_MT) x[l] = ms[col * 16u + r];
       else if (c == CF_M) x[l] = ms[r * 16u + col];
       else if (c == CF_E1) x[l] = bet[col] * fs[col * 16u + r];

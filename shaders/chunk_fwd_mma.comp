@@ -30,7 +30,7 @@ layout(constant_id = 0) const uint SG = 32;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
-layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep_fwd)
+layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (chunk_prep_fwd)
 layout(set = 0, binding = 2) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (chunk_prep_fwd)
 layout(set = 0, binding = 3) writeonly buffer Up4 { vec4 up4[]; };      // [B, T, nv*D/4] U (tape)
 layout(set = 0, binding = 3) writeonly buffer Up { float up[]; };         // the same, as floats
@@ -203,7 +203,7 @@ void main() {
       put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
     }
 
-    const float gam = exp(cur.lgam);
+    const float gam = exp(cur.lgam.x + cur.lgam.y);
 
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {

@@ -60,7 +60,6 @@ void main() {
   const uint bh = wg / nch;
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   load_chunk_rows(k, tid);
-  const float lgam = lg[CH - 1u];
   for (uint e = tid; e < CH * NSR; e += 256u) { ra_acc[e] = 0.0; rb_acc[e] = 0.0; }
   for (uint e = tid; e < CH * CHP; e += 256u) {
     const uint m = e / CHP, i = e % CHP;
@@ -136,8 +135,8 @@ void main() {
         float g = 0.0, m = 0.0, dt = 0.0;
         if (i < k.L && j < k.L) {
           g = gkk[a][b2];
-          dt = bet[j] * (duv[a][b2] + exp(lg[j]) * dwk[a][b2]);
-          if (j <= i) m = exp(lg[i] - lg[j]) * dou[a][b2];
+          dt = bet[j] * (duv[a][b2] + exp(lg_of(j)) * dwk[a][b2]);
+          if (j <= i) m = exp(lgd(i, j)) * dou[a][b2];
         }
         B_(AT(i, j)) = g;
         A_(AT(i, j)) = m;
@@ -157,7 +156,7 @@ void main() {
     float f = 0.0;
     if (j < i && i < k.L) {
       for (uint m = 0u; m < CH; ++m) f = fma(T_(AT(m, i)), TILE_(AT(m, j)), f);
-      f = -f * exp(lg[i] - lg[j]);
+      f = -f * exp(lgd(i, j));
     }
     C_(AT(i, j)) = f;
   }
@@ -213,7 +212,7 @@ void main() {
         const uint i = i0 + 4u * s + l;
         float a = 0.0, b2 = 0.0;
         if (i < k.L) {
-          const float ki = k_at(k, i, r), gi = exp(lg[i]);
+          const float ki = k_at(k, i, r), gi = exp(lg_of(i));
           const float kw = bet[i] * gi * yk[s][l];  // the W term of dK (in dK+)
           a = ki * kw;
           b2 = v_at(k, i, r) * yv[s][l] + gi * ki * yk[s][l];

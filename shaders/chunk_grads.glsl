@@ -4,7 +4,7 @@
 // with bindings of its own.)
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
-layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (chunk_prep, or the forward's)
+layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (chunk_prep, or the forward's)
 layout(set = 0, binding = 3) readonly buffer Y { float y[]; };          // [B, T, nv*D] v (y_at)
 layout(set = 0, binding = 4) readonly buffer Kv { float kv_in[]; };     // [B, T, nv*D] kv per step (tape);
                                                                         // the matrix units' passes: u (chunk_fwd_mma's tape)
@@ -21,16 +21,17 @@ layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, n
 
 #include "chunk.glsl"
 
-// Row tid of the chunk (tid < CH): its lg and beta (padding rows: beta 0), for put_chunk_rows.
-vec2 fetch_chunk_row(Chunk k, uint tid) {
-  if (tid >= CH) return vec2(0.0);
-  return vec2(chunk_lg(k, tid), chunk_beta(k, tid));
+// Row tid of the chunk (tid < CH): its lg (hi, lo) and beta (padding rows: beta 0), for put_chunk_rows.
+vec3 fetch_chunk_row(Chunk k, uint tid) {
+  if (tid >= CH) return vec3(0.0);
+  return vec3(chunk_lg(k, tid), chunk_beta(k, tid));
 }
-// The rows fetch_chunk_row loaded into lg[], bet[]. Ends with a barrier.
-void put_chunk_rows(vec2 row, uint tid) {
+// The rows fetch_chunk_row loaded into lg[], lgl[], bet[]. Ends with a barrier.
+void put_chunk_rows(vec3 row, uint tid) {
   if (tid < CH) {
     lg[tid] = row.x;
-    bet[tid] = row.y;
+    lgl[tid] = row.y;
+    bet[tid] = row.z;
   }
   barrier();
 }

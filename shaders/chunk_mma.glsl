@@ -99,7 +99,7 @@ float workgroup_min_after(float x, uint sg, uint lane) {
 // One invocation's share of a chunk's operators.
 struct Operators {
   vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
-  float lgi[2], lgam;  // lg of those rows, and of the chunk's last row (log Gamma)
+  vec2 lgi[2], lgam;   // lg (hi, lo) of those rows, and of the chunk's last row (log Gamma)
   int eqk, ep;         // the chunk's exponents (chunk_prep_fwd)
 #ifdef DSTATE_STAGE
   float bei[2];        // beta of those rows
@@ -153,12 +153,13 @@ void stage_operators(Operators f, uint tid) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     const vec4 k = sq * f.k[e], q = sq * f.q[e];
-    PUT_SPLIT4(kh, kl, at, exp(f.lgam - f.lgi[e]) * k)
-    PUT_SPLIT4(qh, ql, at, exp(f.lgi[e]) * q)
+    const float g_i = exp(f.lgi[e].x + f.lgi[e].y);
+    PUT_SPLIT4(kh, kl, at, exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y)) * k)
+    PUT_SPLIT4(qh, ql, at, g_i * q)
 #ifdef DSTATE_STAGE
-    PUT_SPLIT4(xh, xl, at, -f.bei[e] * exp(f.lgi[e]) * k)
+    PUT_SPLIT4(xh, xl, at, -f.bei[e] * g_i * k)
 #else
-    PUT_SPLIT4(xh, xl, at, -exp(f.lgi[e]) * k)
+    PUT_SPLIT4(xh, xl, at, -g_i * k)
 #endif
   }
   if (tid < 64u) {

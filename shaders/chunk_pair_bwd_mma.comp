@@ -64,7 +64,7 @@ layout(constant_id = 0) const uint SG = 32;
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
-layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [B, T, nv] lg (the forward's)
+layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (the forward's)
 layout(set = 0, binding = 3) readonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][factor][hi, lo][16][4] (chunk_factors)
 // Phase 1's ring of loads (bindings 4 to 8) is volatile: so marked, the loads stay where they are
 // issued, DEPTH rounds ahead of their use (H200: 1.136-1.149 ms against 1.167-1.190 without; the
@@ -260,9 +260,9 @@ void main() {
   if (tid < 32u) {
     const Chunk kr = tid < 16u ? ka : kb;
     const uint i = tid % 16u;
-    const float l = tid < 16u || has_b ? chunk_lg(kr, i) : 0.0, lgam = tid < 16u || has_b ? chunk_lg(kr, CH - 1u) : 0.0;
-    sc_do[tid] = exp(l);
-    sc_u[tid] = exp(lgam - l);
+    const vec2 l = tid < 16u || has_b ? chunk_lg(kr, i) : vec2(0.0), lgam = tid < 16u || has_b ? chunk_lg(kr, CH - 1u) : vec2(0.0);
+    sc_do[tid] = exp(l.x + l.y);
+    sc_u[tid] = exp(lg_diff(lgam.x, lgam.y, l.x, l.y));
   }
   barrier();
   const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 0.0;

@@ -13,7 +13,7 @@ layout(set = 0, binding = 3) writeonly buffer Wm { float w_out[]; };    // [B, T
 layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] P^T dO
-layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
+layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [2][B, T, nv] lg hi, lo (chunk.glsl)
 
 #define CHUNK_GATES_FROM_SCAN
 
@@ -44,7 +44,10 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const Chunk k = chunk_of(wg / nch / pc.nv, (wg / nch) % pc.nv, wg % nch);
   load_chunk_gates(k, tid);
-  if (tid < k.L) lgc[head_row(k, tid)] = lg[tid];
+  if (tid < k.L) {
+    lgc[head_row(k, tid)] = lg[tid];
+    lgc[pc.nb * pc.t * pc.nv + head_row(k, tid)] = lgl[tid];
+  }
 
   // A and P from the pair dots <k_i, k_j>, <q_i, k_j>: invocation (pi, pj) owns the 2 x 2 block
   // (2 pi .. 2 pi + 1, 2 pj .. 2 pj + 1); the key dims pass through shared memory TILE at a time.
@@ -83,7 +86,7 @@ void main() {
         if (i >= CH || j >= CH) continue;
         float av = 0.0, p = 0.0;
         if (j <= i && i < k.L) {
-          const float decay = exp(lg[i] - lg[j]);
+          const float decay = exp(lgd(i, j));
           if (j < i) av = bet[i] * decay * kk[a][b2];
           p = decay * qk[a][b2];
         }
@@ -122,7 +125,7 @@ void main() {
       float kj[4], dj[4];
       [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {
         const uint j = min(j0 + jj, k.L - 1u);
-        kj[jj] = bet[j] * exp(lg[j]) * k_at(k, j, r);
+        kj[jj] = bet[j] * exp(lg_of(j)) * k_at(k, j, r);
         dj[jj] = do_in[head_row(k, j) * D + r];
       }
       [[unroll]] for (uint jj = 0u; jj < 4u; ++jj) {

@@ -27,7 +27,7 @@ layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };   // [2][B, 
 layout(set = 0, binding = 1) writeonly buffer Gates { float gates[]; }; // [3][B, T, nv]: g, beta, a + dt_bias
 layout(set = 0, binding = 2) readonly buffer ALog { float a_log[]; };   // [nv]
 layout(set = 0, binding = 3) writeonly buffer Tm { float t_out[]; };    // [B, T, nv, CH] rows of T
-layout(set = 0, binding = 4) writeonly buffer Lgc { float lgc[]; };     // [B, T, nv] lg (chunk.glsl)
+layout(set = 0, binding = 4) writeonly buffer Lgc { float lgc[]; };     // [2][B, T, nv] lg hi, lo (chunk.glsl)
 layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
 layout(set = 0, binding = 6) readonly buffer A { float a_in[]; };       // [B, T, nv] the layer's input a
 layout(set = 0, binding = 7) readonly buffer Bw { float b_in[]; };      // [B, T, nv] the layer's input b
@@ -41,7 +41,7 @@ layout(set = 0, binding = 11) writeonly buffer Ep { float ep_out[]; };    // [B,
 #define HB 4u    // v-heads per batch of the per-head part
 shared float tiles[8u * 512u];  // per subgroup two fp32 16 x 16 tiles: k^, q^ [i][r]; then its shares of G, H [i][j]
 shared float gram[R * R], hqk[R * R];  // G, H: [i][j]
-shared float lgs[HB * R], bets[HB * R];  // the batch's lg (after the scan) and beta: [head][row]
+shared float lgs[HB * R], lgsl[HB * R], bets[HB * R];  // the batch's lg (hi, lo: after the scan) and beta: [head][row]
 shared float sa[HB * R * R];  // A_h [head][i][j]
 shared float part_max[8u * HB];  // per subgroup: its largest |q^|, |k^|; then per head of a batch, |P_h|
 
@@ -134,22 +134,31 @@ void main() {
     barrier();  // the last batch's readers of lgs, bets, sa are done (and the first's G, H are in)
     if (tid < HB * R) {  // (whole subgroups, for the shuffles)
       // lg: the inclusive scan of the head's log g over its R rows, lanes R hb .. R hb + R - 1
-      float acc = gr.y;
+      float hi = gr.y, lo = 0.0;
       const uint lane = gl_SubgroupInvocationID;
       [[unroll]] for (uint d = 1u; d < R; d *= 2u) {
-        const float up = subgroupShuffle(acc, lane >= d ? lane - d : lane);
-        if (tid % R >= d) acc += up;
+        const float up = subgroupShuffle(hi, lane >= d ? lane - d : lane);
+        const float up_lo = subgroupShuffle(lo, lane >= d ? lane - d : lane);
+        if (tid % R >= d) {
+          add_two(hi, lo, up);
+          lo += up_lo;
+        }
       }
-      lgs[tid] = acc;
+      lgs[tid] = hi;
+      lgsl[tid] = lo;
       bets[tid] = gr.x;
-      if (tid < nh * R && tid % R < L) lgc[(bt0 + tid % R) * pc.nv + hfirst + tid / R] = acc;
+      if (tid < nh * R && tid % R < L) {
+        const uint at = (bt0 + tid % R) * pc.nv + hfirst + tid / R;
+        lgc[at] = hi;
+        lgc[pc.nb * pc.t * pc.nv + at] = lo;
+      }
     }
     if (h0 + HB < group) gr = gate_row(tid, hfirst + HB, min(HB, group - h0 - HB), bt0, L);
     barrier();
     // A_h and P_h: invocation (i, j) of each head
     for (uint hb = 0u; hb < nh; ++hb) {
       const uint i = tid / R, j = tid % R;
-      const float decay = j <= i ? exp(lgs[hb * R + i] - lgs[hb * R + j]) : 0.0;
+      const float decay = j <= i ? exp(lg_diff(lgs[hb * R + i], lgsl[hb * R + i], lgs[hb * R + j], lgsl[hb * R + j])) : 0.0;
       sa[hb * R * R + tid] = j < i ? bets[hb * R + i] * decay * gram[tid] : 0.0;
       const float p = i < L ? decay * hqk[tid] : 0.0;
       if (i < L) p_out[((bt0 + i) * pc.nv + hfirst + hb) * R + j] = p;

@@ -30,7 +30,7 @@ void main() {
   const uint slots = max(nch, 2u) - 1u;
   const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
   load_chunk_rows(k, tid);
-  const float lgam = lg[CH - 1u];
+  const float lgam = lg_of(CH - 1u);
 
   const uint r = tid % D, half_ = tid / D;
   const uint i0 = half_ * HR;
@@ -97,8 +97,8 @@ void main() {
         const uint i = i0 + 4u * s + l;
         if (i < k.L) {
           const uint row = head_row(k, i);
-          rec[row * RW + r] = exp(lg[i]) * x1[s][l];
-          rec[row * RW + D + r] = exp(lgam - lg[i]) * x2[s][l];  // the dK~ term (in dK-)
+          rec[row * RW + r] = exp(lg_of(i)) * x1[s][l];
+          rec[row * RW + D + r] = exp(lgd(CH - 1u, i)) * x2[s][l];  // the dK~ term (in dK-)
           dw[row * D + r] = w[s][l];
         }
       }

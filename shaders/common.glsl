@@ -55,6 +55,18 @@ float softplus(float x) { return x > 20.0 ? x : max(x, 0.0) + log1p_unit(exp(-ab
 // log g = -exp(a_log) softplus(a + dt_bias), written once: gate_prep's g and the chunked passes' lg
 // must agree bit for bit.
 float log_gate(float a_log_h, float arg) { return -exp(a_log_h) * softplus(arg); }
+// The chunked families keep the cumulative log gates of a chunk as pairs of floats (chunk.glsl):
+// hi += x, with the rounding error added to lo (Knuth's two-sum): hi + lo holds the sum to ~2^-48.
+void add_two(inout float hi, inout float lo, float x) {
+  precise const float s = hi + x;
+  precise const float bp = s - hi;
+  precise const float err = (hi - (s - bp)) + (x - bp);
+  hi = s;
+  lo += err;
+}
+// (a_hi + a_lo) - (b_hi + b_lo), to fp32's accuracy when it is small beside them.
+float lg_diff(float a_hi, float a_lo, float b_hi, float b_lo) { return (a_hi - b_hi) + (a_lo - b_lo); }
+
 // The gates of one (b, t, v-head) from the raw a and b and head h's a_log and dt_bias (gate_prep,
 // chunk_prep_fwd): what [3][B, T, nv] gates holds (g, beta, a + dt_bias), and log g.
 struct Gate {

@@ -117,35 +117,35 @@ namespace {
 // Shared memory of the chunked kernels (bytes), mirrored from their declarations.
 constexpr std::uint32_t chunk_prep_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
-  return (2 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
+  return (3 * ch + ch * ch + 2 * ch * chp + 2 * 16 * chp) * 4;
 }
-// chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg,
+// chunk_prep_fwd: two fp32 16 x 16 tiles per subgroup (8), G and H, and per head of a batch of 4: lg (hi, lo),
 // beta, A; the subgroups' maxima (part_max).
-constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (2 * 16 + 256) + 8 * 4) * 4; }
+constexpr std::uint32_t chunk_prep_fwd_shared() { return (8 * 512 + 2 * 256 + 4 * (3 * 16 + 256) + 8 * 4) * 4; }
 constexpr std::uint32_t chunk_dstate_shared(std::uint32_t ch) {
-  return (2 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
+  return (3 * ch + 32 * (kD + 1) + 3 * 8 * kD + 2 * 8 * 32) * 4;
 }
 // The matrix units' serial passes (chunk_fwd_mma, chunk_dstate_mma) stage alike (chunk_mma.glsl):
 // K~, Q~, -diag(gamma) K or -diag(beta gamma) K as fp16 pairs [16 rows][136], P and T diag(beta) or T as fp16 pairs [16][24],
-// two fp32 16 x 16 tiles per subgroup (8); lg, bet; the row sums of the norm's forward or backward
+// two fp32 16 x 16 tiles per subgroup (8); lg (hi, lo), bet; the row sums of the norm's forward or backward
 // ([8][16]).
 constexpr std::uint32_t matrix_pass_shared() {
-  return 6 * 16 * 136 * 2 + 2 * 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 2 * 16 * 4 + 8 * 16 * 4;
+  return 6 * 16 * 136 * 2 + 2 * 2 * 16 * 24 * 2 + 8 * 2 * 256 * 4 + 3 * 16 * 4 + 8 * 16 * 4;
 }
 constexpr std::uint32_t chunk_values_shared(std::uint32_t ch) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
-  return (2 * ch + 4 * 8 * chp + 256 / 8) * 4;
+  return (3 * ch + 4 * 8 * chp + 256 / 8) * 4;
 }
 // chunk_pair_bwd_mma: phase 1's stages (two states' [32][528 bytes] and six operands' [16][144]),
 // whose memory phase 2's tiles take; both chunks' two row scales, the subgroups' sums and row shares.
 constexpr std::uint32_t chunk_pair_bwd_mma_shared() {
   return 2 * 32 * 528 + 6 * 16 * 144 + (2 * 2 * 16 + 16 + 16 + 16 * 16) * 4;
 }
-// chunk_factors: four fp32 16 x 16 matrices, the chunk's lg and beta.
-constexpr std::uint32_t chunk_factors_shared() { return (4 * 256 + 2 * 16) * 4; }
+// chunk_factors: four fp32 16 x 16 matrices, the chunk's lg (hi, lo) and beta.
+constexpr std::uint32_t chunk_factors_shared() { return (4 * 256 + 3 * 16) * 4; }
 constexpr std::uint32_t chunk_grads_shared(std::uint32_t ch, std::uint32_t sg) {
   const std::uint32_t chp = (ch + 7) / 8 * 8;  // CHP
-  return (2 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
+  return (3 * ch + 5 * ch * chp + 4 * 8 * chp + 3 * ch + 2 * ch * (kD / sg) + 256 / 8) * 4;
 }
 }  // namespace
 

@@ -117,7 +117,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dscale; // matrix units: [B, nv] the exponent of each head's dO scale (mma.glsl)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
-  std::unique_ptr<gpu::Buffer> lgc;  // [B, T, nv] cumulative log gates within each chunk
+  std::unique_ptr<gpu::Buffer> lgc;  // [2][B, T, nv] cumulative log gates within each chunk (hi, lo)
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
   std::unique_ptr<gpu::Buffer> sdot;   // [B, nv, nch] chunk_values' Gamma <dS, S0>
 
@@ -281,7 +281,7 @@ struct LayerImpl {
       f.gm = buffer("G per chunk", keep ? std::size_t(B) * nk * nseg(T) * ch * ch : 1);
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
-      f.lgc = buffer("cumulative log gates", BT * nv);
+      f.lgc = buffer("cumulative log gates", 2 * BT * nv);  // hi, lo (shaders/chunk.glsl)
       f.vscale = buffer("v scale exponents", std::size_t(B) * nv);
       f.eqk = buffer("q, k scale exponents", std::size_t(B) * nk * nseg(T));
       f.ep = buffer("P scale exponents", std::size_t(B) * nv * nseg(T));
@@ -323,7 +323,7 @@ struct LayerImpl {
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
         bwd.sdot = buffer("<dS, S0> per chunk", chunks);
         bwd.tm = buffer("T per chunk", BT * nv * cs);
-        bwd.lgc = buffer("cumulative log gates per chunk", BT * nv);
+        bwd.lgc = buffer("cumulative log gates per chunk", 2 * BT * nv);  // hi, lo (shaders/chunk.glsl)
       }
     }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
