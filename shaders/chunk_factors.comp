@@ -10,7 +10,9 @@
 // It also writes each row's dbeta into its record: sum_j F_ij G_ij (G = K K^T, chunk_prep_fwd's
 // tape) plus sum_c X o Yv (the pair dot <Yv_i, x_i>).
 // The factors but diag(beta gamma) leave scaled by 2^(ev + ec), the head's exponents (mma.glsl), as
-// chunk_pair_bwd_mma's products take them.
+// chunk_pair_bwd_mma's products take them. M^T and M leave without their diagonal, which goes to mdiag
+// in fp32: its terms cancel in d(log g) (chunk_pair_bwd_mma adds them to dq^ and dk^ only), and with
+// no decay in them they would leave their rounding where a strong decay makes d(log g) tiny.
 // One workgroup of 256 per (window b, v-head h, chunk c); invocation (i, j) = (tid / 16, tid % 16).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -27,6 +29,7 @@ layout(set = 0, binding = 5) writeonly buffer Fac { uvec2 fac[]; };      // [B, 
 layout(set = 0, binding = 6) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
 layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
 layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
+layout(set = 0, binding = 9) writeonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] 2^(ev+ec) M_ii
 
 #define CHUNK_NO_QKN
 #include "chunk.glsl"
@@ -52,6 +55,8 @@ void main() {
     yx = pdots[at + 256u];
     g = g_in[((b * pc.nk + k.ko) * nch + k.c) * 256u + tid];
   }
+  const int e_s = int(vscale[bh] + dscale[bh]);
+  if (i == j) mdiag[wg * 16u + i] = ldexp(m, e_s);
   const float z = be_j * yx;
   ms[tid] = m;
   zs[tid] = z;
@@ -78,15 +83,14 @@ void main() {
   barrier();
 
   // The factors, item n: factor n / 64, row m = (n / 4) % 16, columns 4 q .. 4 q + 3 (q = n % 4).
-  const int e_s = int(vscale[bh] + dscale[bh]);
   for (uint n = tid; n < NCF * 64u; n += 256u) {
     const uint c = n / 64u, r = (n / 4u) % 16u, q = n % 4u;
     vec4 x;
     [[unroll]] for (uint l = 0u; l < 4u; ++l) {
       const uint col = 4u * q + l;
       if (c == CF_BG) x[l] = r == col ? bet[col] * exp(lg_of(col)) : 0.0;
-      else if (c == CF_MT) x[l] = ms[col * 16u + r];
-      else if (c == CF_M) x[l] = ms[r * 16u + col];
+      else if (c == CF_MT) x[l] = r == col ? 0.0 : ms[col * 16u + r];
+      else if (c == CF_M) x[l] = r == col ? 0.0 : ms[r * 16u + col];
       else if (c == CF_E1) x[l] = bet[col] * fs[col * 16u + r];
       else x[l] = bet[r] * fs[r * 16u + col];
     }

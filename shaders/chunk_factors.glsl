@@ -3,8 +3,8 @@
 // rows of 16 halves (4 uvec2), so that the matrix units load them straight from memory.
 #define NCF 5u    // factors per chunk
 #define CF_BG 0u  // diag(beta gamma)
-#define CF_MT 1u  // M^T
-#define CF_M 2u   // M
+#define CF_MT 1u  // M^T, its diagonal 0 (mdiag holds it)
+#define CF_M 2u   // M, its diagonal 0
 #define CF_E1 3u  // [beta_i F_im]
 #define CF_E2 4u  // [beta_m F_mi]
 #define FP 4u     // row stride (uvec2s)

@@ -79,6 +79,7 @@ layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T
 layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
 layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
 layout(set = 0, binding = 12) readonly buffer Eqk { float eqkb[]; };      // [B, nk, nch] eqk (chunk_prep_fwd)
+layout(set = 0, binding = 13) readonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii (chunk_factors)
 
 #define CHUNK_NO_SHARED_GATES  // (sc_do, sc_u below)
 #include "chunk.glsl"
@@ -371,6 +372,12 @@ void main() {
     coopMatLoadNV(qt, tiles, t_at, 16u, true);
     split(qt * sq, qh, ql);
     TILE_SYNC()
+    // md [column][i] = M_ii, the diagonal of M in the tiles' layout
+    [[unroll]] for (uint e = 0u; e < 8u; ++e) tiles[t_at + lane + 32u * e] = mdiag[n * 16u + lane % 16u];
+    TILE_SYNC()
+    F32M md;
+    coopMatLoadNV(md, tiles, t_at, 16u, false);
+    TILE_SYNC()
     extra = dot_tiles(kt, x2);
     F32M dm = x2 * sq;  // X2g^T, as the products below come
     mma_split_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
@@ -380,13 +387,14 @@ void main() {
     mma_split_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
     dk = dk * inv_sq;
     dm = dm * inv_sq;
-    store_rows(dk * unscale, k, t_at, lane, D + col0);
+    // (dM and dK without M's diagonal so far: its terms cancel in dlg, and go to the records only)
+    store_rows((dk + times(qt, md)) * unscale, k, t_at, lane, D + col0);
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     F32M dq = x1 * sq;  // X1g^T
     mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
     dq = dq * inv_sq;
-    store_rows(dq * unscale, k, t_at, lane, col0);
+    store_rows((dq + times(kt, md)) * unscale, k, t_at, lane, col0);
     asum = asum + times(qt, dq);
     row_share(asum, t_at, lane, sg);
   }

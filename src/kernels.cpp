@@ -186,8 +186,8 @@ ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t sg, std::uint32_t c
   } else {
     k.chunk_dstate_mma =
         make(dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, 21, matrix_pass_shared(), {32, ch}, 32);
-    k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 9, chunk_factors_shared(), {32, ch}, 32);
-    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 13,
+    k.chunk_factors = make(dev, "chunk_factors", spirv::chunk_factors, 10, chunk_factors_shared(), {32, ch}, 32);
+    k.chunk_pair_bwd_mma = make(dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, 14,
                                 chunk_pair_bwd_mma_shared(), {32, ch}, 32);
     k.chunk_prep_fwd = make(dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, 12, chunk_prep_fwd_shared(), {}, 32);
     k.chunk_fwd_mma = make(dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, 17, matrix_pass_shared(), {32, ch}, 32);

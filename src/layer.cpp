@@ -116,6 +116,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
   std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dscale; // matrix units: [B, nv] the exponent of each head's dO scale (mma.glsl)
+  std::unique_ptr<gpu::Buffer> mdiag;  // matrix units: [B, nv, nch][16] M's diagonal (shaders/chunk_factors.comp)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [2][B, T, nv] cumulative log gates within each chunk (hi, lo)
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -123,7 +124,7 @@ struct BackwardState {
 
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &pdots, &fac, &dscale, &dsc, &lgc, &pairs, &sdot})
+    for (const auto* b : {&scr, &kvs, &dqk, &do_, &dy, &w, &tm, &du, &pdots, &fac, &dscale, &mdiag, &dsc, &lgc, &pairs, &sdot})
       if (*b) n += (*b)->bytes;
     return n;
   }
@@ -318,6 +319,7 @@ struct LayerImpl {
         bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
         bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
         bwd.dscale = buffer("dO scale exponents", std::size_t(B) * nv);
+        bwd.mdiag = buffer("M's diagonal per chunk", chunks * 16);
       } else {
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
@@ -432,7 +434,7 @@ struct LayerImpl {
       r.mark("chunk_dstate_mma");
       r.dispatch(*chunked.chunk_factors,
                  {v(*f.gates), v(lgc), v(tm), v(*f.gm), v(*bwd.pdots), v(*bwd.fac), v(*bwd.dqk), v(*f.vscale),
-                  v(*bwd.dscale)},
+                  v(*bwd.dscale), v(*bwd.mdiag)},
                  pc, chunks);
       r.mark("chunk_factors");
     } else {
@@ -449,7 +451,7 @@ struct LayerImpl {
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
                  {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.fac), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.ck), v(*bwd.dsc),
-                  v(*bwd.dqk), v(*f.vscale), v(*bwd.dscale), v(*f.eqk)},
+                  v(*bwd.dqk), v(*f.vscale), v(*bwd.dscale), v(*f.eqk), v(*bwd.mdiag)},
                  pc, heads * state_groups(f.T));
       r.mark("chunk_pair_bwd_mma");
     } else {
