@@ -157,6 +157,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
                      .variant = o.variant, .matrix_units = o.matrix_units};
+    cfg.check();  // before any size made from it is allocated
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
     for (auto& x : p.conv) x *= 0.5f;

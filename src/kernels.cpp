@@ -60,10 +60,11 @@ constexpr std::uint32_t kFwdStagedSteps = 4;  // TS of rec_fwd2.comp
 constexpr std::uint32_t rec_fwd2_shared() {
   return kFwdStagedSteps * (36 * 16 * 2 + 32 * 4 + 2 * 4);
 }
-constexpr std::uint32_t rec_bwd2_shared(std::uint32_t cs, std::uint32_t sg) {
-  const std::uint32_t slots = std::min<std::uint32_t>(256 / sg, 8);
-  const std::uint32_t rounds = 256 / sg / slots;
-  const std::uint32_t buffered = rounds > 1 ? 1 : (cs > 8 ? 2 : 4);  // RB of rec_bwd2.comp
+// (In 64 bits: an interval of millions must compare as too large, not wrap.)
+constexpr std::uint64_t rec_bwd2_shared(std::uint64_t cs, std::uint64_t sg) {
+  const std::uint64_t slots = std::min<std::uint64_t>(256 / sg, 8);
+  const std::uint64_t rounds = 256 / sg / slots;
+  const std::uint64_t buffered = rounds > 1 ? 1 : (cs > 8 ? 2 : 4);  // RB of rec_bwd2.comp
   return cs * (kD * 4 * 2 + 3 * 32 * 4 + 2 * 4) + buffered * slots * kPartialWords * 4;
 }
 }  // namespace
@@ -108,7 +109,7 @@ const gpu::Pipeline& SubgroupKernels::backward_for(gpu::Device& dev, std::uint32
   if (!p) {
     const auto build = backward_build(dev.info(), cs);
     p = make(dev, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(), build.code, 8,
-             rec_bwd2_shared(build.capacity, subgroup_size), {subgroup_size, build.capacity}, subgroup_size);
+             std::uint32_t(rec_bwd2_shared(build.capacity, subgroup_size)), {subgroup_size, build.capacity}, subgroup_size);
   }
   return *p;
 }

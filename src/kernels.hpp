@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "gdn/layer.hpp"
 #include "vk/device.hpp"
 
 namespace gdn::detail {
@@ -85,8 +86,9 @@ inline constexpr std::uint32_t kChunkFactors = 5;
 /// per-head families, the chunk length of the chunked one.
 inline constexpr int kDefaultInterval = 8;
 inline constexpr int kDefaultChunk = 16;
-/// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows).
-inline constexpr std::uint32_t kMaxChunk = 32;
+/// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows):
+/// the public bound, Config::check's.
+inline constexpr std::uint32_t kMaxChunk = std::uint32_t(gdn::kMaxChunk);
 /// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
 inline constexpr std::uint32_t kChunkRecordWords = 258;
 

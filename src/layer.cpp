@@ -4,6 +4,7 @@
 #include "gdn/layer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <atomic>
 #include <stdexcept>
@@ -29,6 +30,26 @@ Variant parse_variant(std::string_view s) {
   if (s == "per-head") return Variant::PerHead;
   if (s == "chunked") return Variant::Chunked;
   throw std::invalid_argument("variant '" + std::string(s) + "': expected auto, subgroup, per-head or chunked");
+}
+
+void Config::check() const {
+  auto bound = [](const char* name, std::int64_t v, std::int64_t lo, std::int64_t hi, const char* why) {
+    if (v < lo || v > hi)
+      throw std::invalid_argument("config: " + std::string(name) + " = " + std::to_string(v) + ", expected " +
+                                  std::to_string(lo) + " to " + std::to_string(hi) + why);
+  };
+  bound("nv", nv, 1, kMaxHeads, " (value heads)");
+  bound("nk", nk, 1, kMaxHeads, " (key heads)");
+  if (nv % nk != 0)
+    throw std::invalid_argument("config: nv = " + std::to_string(nv) + " is not a multiple of nk = " +
+                                std::to_string(nk) + " (each key head serves nv/nk value heads)");
+  bound("conv_taps", conv_taps, 1, kMaxConvTaps, " (the conv kernels unroll the taps)");
+  if (variant == Variant::Chunked)
+    bound("checkpoint_interval", checkpoint_interval, 0, kMaxChunk,
+          " for the chunked family (its chunk length; 0: the default, 16)");
+  else
+    bound("checkpoint_interval", checkpoint_interval, 0, kMaxCheckpointInterval, " (0: the family's default)");
+  if (!(rms_eps >= 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("config: rms_eps must be finite and >= 0");
 }
 
 namespace detail {
@@ -178,17 +199,7 @@ struct LayerImpl {
   }
 
   void validate_config(const Params& p) const {
-    if (cfg.nv < 1 || cfg.nk < 1)
-      throw std::invalid_argument("config: nv = " + std::to_string(cfg.nv) + " and nk = " + std::to_string(cfg.nk) +
-                                  " must both be >= 1");
-    if (cfg.nv % cfg.nk != 0)
-      throw std::invalid_argument("config: nv = " + std::to_string(cfg.nv) + " is not a multiple of nk = " +
-                                  std::to_string(cfg.nk) + " (each key head serves nv/nk value heads)");
-    if (cfg.conv_taps < 1) throw std::invalid_argument("config: conv_taps = " + std::to_string(cfg.conv_taps) + ", expected >= 1");
-    if (cfg.checkpoint_interval < 0)
-      throw std::invalid_argument("config: checkpoint_interval = " + std::to_string(cfg.checkpoint_interval) +
-                                  ", expected >= 1 (or 0: the kernel family's default)");
-    if (!(cfg.rms_eps >= 0)) throw std::invalid_argument("config: rms_eps must be >= 0");
+    cfg.check();
     const std::size_t C = cfg.channels(), K = cfg.conv_taps, nv = cfg.nv;
     expect_size("conv", p.conv.size(), C * K, "[C, K] = [" + std::to_string(C) + ", " + std::to_string(K) + "]");
     expect_size("a_log", p.a_log.size(), nv, "[nv] = [" + std::to_string(nv) + "]");

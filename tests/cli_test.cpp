@@ -5,9 +5,13 @@
 // with the expected and the actual shape, and nothing written.
 #include <gmock/gmock.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
+#include <chrono>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -368,7 +372,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{"StrayArgument", {"extra"}, {"unknown argument 'extra'"}},
                       BadFlags{"BackwardWithValue", {"--backward=yes"}, {"--backward takes no value"}},
                       BadFlags{"RepeatedFlag", {"--ckpt", "2", "--ckpt", "3"}, {"--ckpt given more than once"}},
-                      BadFlags{"ValueIsAFlag", {"--variant", "--backward"}, {"--variant needs a value"}}),
+                      BadFlags{"ValueIsAFlag", {"--variant", "--backward"}, {"--variant needs a value"}},
+                      BadFlags{"CkptOverChunked", {"--ckpt", "33", "--variant", "chunked"}, {"checkpoint_interval", "33", "0 to 32"}}),
     [](const ::testing::TestParamInfo<BadFlags>& i) { return std::string(i.param.label); });
 
 TEST_F(Cli, RefusesMissingInOrOut) {
@@ -379,6 +384,53 @@ TEST_F(Cli, RefusesMissingInOrOut) {
   expect_refused({"run", "--in", "--out", out.string()}, {"--in needs a value"});
 }
 
+// An input that is not a regular file is refused by what it is, without being opened: a FIFO would
+// block the open for ever.
+TEST_F(Cli, RefusesAFifoOrADirectoryAsAnInput) {
+  put_all();
+  fs::remove(in / "qkv.npy");
+  ASSERT_EQ(::mkfifo((in / "qkv.npy").c_str(), 0600), 0);
+  expect_refused(run_args(), {"qkv.npy", "not a regular file (a FIFO)"});
+  fs::remove(in / "qkv.npy");
+  fs::create_directories(in / "qkv.npy");
+  expect_refused(run_args(), {"qkv.npy", "not a regular file (a directory)"});
+}
+
+// Every header is read and checked against the others before any payload: an 8 GiB qkv.npy (sparse)
+// whose z.npy does not fit is refused at the cost of the headers, not read.
+TEST_F(Cli, RefusesMisfitsBeforeReadingPayloads) {
+  put_all();
+  const fs::path qkv = in / "qkv.npy";
+  write_raw_npy(qkv, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2097152, 1024), }", "");
+  fs::resize_file(qkv, fs::file_size(qkv) + std::uintmax_t(8) * 1024 * 1024 * 1024);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_refused(run_args(), {"z.npy", "expected [1, 2097152, "});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "the payload was read";
+}
+
+// Sizes past the library's bounds are refused from the headers: 17 conv taps.
+TEST_F(Cli, RefusesConvTapsOverTheBound) {
+  put_all();
+  put_shape("conv", {pr.cfg.channels(), 17});
+  expect_refused(run_args(), {"conv_taps = 17", "1 to 16"});
+}
+
+// A NaN or Inf in an input is refused, naming the file, the element and its index; --allow-nonfinite
+// runs anyway.
+TEST_F(Cli, RefusesNonFiniteInputs) {
+  put_all();
+  std::vector<float> qkv = pr.x.qkv;
+  qkv[700] = NAN;  // [0, 1, 188] of [2, 5, 512]
+  put("qkv", {pr.B, pr.T, pr.cfg.channels()}, qkv);
+  expect_refused(run_args(), {"qkv.npy", "element 700", "[0, 1, 188]", "NaN", "--allow-nonfinite"});
+  std::vector<float> b = pr.x.b;
+  b.back() = -INFINITY;
+  put("qkv", {pr.B, pr.T, pr.cfg.channels()}, pr.x.qkv);
+  put("b", {pr.B, pr.T, pr.cfg.nv}, b);
+  expect_refused(run_args(), {"b.npy", "element 19", "Inf"});
+  EXPECT_EQ(gdn_cli(run_args({"--allow-nonfinite"})).rc, 0);
+}
+
 TEST_F(Cli, RefusesOutThatIsAFile) {
   put_all();
   std::ofstream(out) << "x";
@@ -386,6 +438,86 @@ TEST_F(Cli, RefusesOutThatIsAFile) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_THAT(r.err, AllOf(HasSubstr("--out"), HasSubstr("not a directory")));
   EXPECT_EQ(fs::file_size(out), 1u);
+}
+
+// ---- gdn run: outputs, atomically ----------------------------------------------------------------
+
+// Every file and directory under `root`, with each file's contents: a snapshot to compare.
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const std::string rel = fs::relative(e.path(), root).string();
+    if (e.is_directory()) {
+      m[rel + "/"] = "";
+    } else {
+      std::ifstream f(e.path(), std::ios::binary);
+      m[rel] = std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    }
+  }
+  return m;
+}
+
+std::vector<cli::Output> five_outputs() {
+  std::vector<cli::Output> o;
+  for (const char* n : {"out", "dqkv", "dz", "da", "db"}) o.push_back({n, {2}, {1.0f, 2.0f}});
+  return o;
+}
+
+// A failure at any output's swap leaves --out exactly as it was: an earlier complete set (da.npy
+// missing, a file of the user's beside them), no staging directory left. Then the same call, not
+// failing, replaces the set.
+TEST_F(Cli, OutputsStayAsTheyWereOnAFailureAtEachOutput) {
+  fs::create_directories(out);
+  for (const char* n : {"out", "dqkv", "dz", "db"}) std::ofstream(out / (std::string(n) + ".npy")) << "old " << n;
+  std::ofstream(out / "notes.txt") << "mine";
+  const auto before = snapshot(out);
+  const auto outputs = five_outputs();
+  for (const auto& fail_at : outputs) {
+    EXPECT_THROW(cli::write_outputs(out, outputs,
+                                    [&](const std::string& n) {
+                                      if (n == fail_at.name) throw std::runtime_error("injected at " + n);
+                                    }),
+                 std::runtime_error)
+        << fail_at.name;
+    EXPECT_EQ(snapshot(out), before) << "failure at " << fail_at.name;
+  }
+  cli::write_outputs(out, outputs);
+  const auto after = snapshot(out);
+  EXPECT_EQ(after.size(), 6u);  // five outputs and notes.txt: no staging directory
+  EXPECT_EQ(after.at("notes.txt"), "mine");
+  EXPECT_EQ(npy::read_f32(out / "da.npy").data, (std::vector<float>{1.0f, 2.0f}));
+}
+
+// An output name held by a directory is refused before anything is written (it was moved away and
+// lost by an earlier rollback).
+TEST_F(Cli, RefusesAnOutputNameThatIsADirectory) {
+  put_all();
+  fs::create_directories(out / "dz.npy");
+  std::ofstream(out / "dz.npy" / "keep") << "x";
+  std::ofstream(out / "out.npy") << "old";
+  const auto before = snapshot(out);
+  const Result r = gdn_cli(run_args({"--backward"}));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, AllOf(HasSubstr("dz.npy"), HasSubstr("not a regular file")));
+  EXPECT_EQ(snapshot(out), before);
+}
+
+// A staging directory that a killed run left (its process gone, mid-swap: out.npy already new,
+// dqkv.npy new where there was none) is rolled back and removed by the next run into --out.
+TEST_F(Cli, RollsBackAStagingDirectoryOfAKilledRun) {
+  fs::create_directories(out);
+  std::ofstream(out / "out.npy") << "old out";
+  const auto before = snapshot(out);
+  const fs::path stale = out / ".gdn-run-2147483646-7.partial";  // a pid above any pid_max
+  fs::create_directories(stale);
+  std::ofstream(stale / "manifest") << "out 1\ndqkv 0\n";
+  fs::rename(out / "out.npy", stale / "out.npy.old");
+  std::ofstream(out / "out.npy") << "new out";
+  std::ofstream(out / "dqkv.npy") << "new dqkv";
+  // The next run fails at its first swap: what is left is the state before the killed run.
+  EXPECT_THROW(cli::write_outputs(out, five_outputs(), [](const std::string&) { throw std::runtime_error("stop"); }),
+               std::runtime_error);
+  EXPECT_EQ(snapshot(out), before);
 }
 
 TEST_F(Cli, RunHelp) {
@@ -444,6 +576,10 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
   const Result bad = gdn_cli({"bench", "--tokens", "0"});
   EXPECT_EQ(bad.rc, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tokens"));
+  // Heads past the bound: refused by the config check before any input is allocated.
+  const Result heads = gdn_cli({"bench", "--nv", "2147483647", "--nk", "1"});
+  EXPECT_EQ(heads.rc, 2);
+  EXPECT_THAT(heads.err, HasSubstr("nv = 2147483647"));
 }
 
 TEST_F(Cli, UnknownCommand) {

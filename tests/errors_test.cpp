@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Bad input is refused with std::invalid_argument naming the tensor, the expected and the actual
 // size; device limits with gdn::Error naming the buffer and the limit.
+#include <climits>
+#include <cmath>
 #include <gmock/gmock.h>
 
 #include "test_support.hpp"
@@ -43,6 +45,39 @@ TEST_F(Errors, ConfigZeroSizes) {
     EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); }),
                 HasSubstr("config"));
   }
+}
+
+// Every size a config holds is bounded (Config::check) and computed in 64 bits: heads, taps and
+// intervals out of range are refused by name before anything is built, with no integer overflow on
+// the way (channels() of INT_MAX heads), and an interval whose shared memory would once wrap a
+// 32-bit size makes the subgroup family give way to per-head, not fail at pipeline creation.
+TEST_F(Errors, ConfigBounds) {
+  struct Bad {
+    void (*mutate)(Config&);
+    const char* field;
+  };
+  const Bad bad[] = {{+[](Config& c) { c.nv = 16777216; }, "nv = 16777216"},
+                     {+[](Config& c) { c.nk = INT_MAX; }, "nk = 2147483647"},
+                     {+[](Config& c) { c.nv = c.nk = kMaxHeads + 1; }, "nv = 4097"},
+                     {+[](Config& c) { c.conv_taps = kMaxConvTaps + 1; }, "conv_taps = 17"},
+                     {+[](Config& c) { c.checkpoint_interval = 3033164; }, "checkpoint_interval = 3033164"},
+                     {+[](Config& c) { c.rms_eps = NAN; }, "rms_eps"}};
+  for (const auto& b : bad) {
+    Config cfg = kCfg;
+    b.mutate(cfg);
+    EXPECT_THAT(message_of<std::invalid_argument>([&] { cfg.check(); }), HasSubstr(b.field));
+    EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); }),
+                HasSubstr(b.field));
+  }
+  Config big = kCfg;
+  big.nv = big.nk = INT_MAX;
+  EXPECT_EQ(big.channels(), 3 * std::int64_t(INT_MAX) * kHeadDim);
+  Config cfg = kCfg;
+  cfg.conv_taps = kMaxConvTaps;
+  EXPECT_NO_THROW(cfg.check());
+  cfg = kCfg;
+  cfg.checkpoint_interval = kMaxCheckpointInterval;  // megabytes of shared memory: no device has them
+  EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::PerHead);
 }
 
 TEST_F(Errors, ParamSizes) {
@@ -130,14 +165,14 @@ TEST_F(Errors, SubgroupRefusesAnIntervalOverSharedMemory) {
   EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::PerHead);
 }
 
-// The chunked family takes chunks of 1 to 32 tokens (the checkpoint interval): 33 is refused at
-// construction with the range, and 32 is built.
+// The chunked family takes chunks of 1 to 32 tokens (the checkpoint interval): 33 is a bad config
+// (std::invalid_argument, with the range), refused at construction whatever the device, and 32 is built.
 TEST_F(Errors, ChunkedRefusesAChunkOver32) {
   Config cfg = kCfg;
   cfg.variant = Variant::Chunked;
   cfg.checkpoint_interval = 33;
-  EXPECT_THAT(message_of<Error>([&] { Layer(context(), cfg, random_params(cfg, 1)); }),
-              AllOf(HasSubstr("chunked kernels cannot run"), HasSubstr("33"), HasSubstr("1 to 32")));
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { Layer(context(), cfg, random_params(kCfg, 1)); }),
+              AllOf(HasSubstr("checkpoint_interval"), HasSubstr("33"), HasSubstr("0 to 32")));
   cfg.checkpoint_interval = 32;
   EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::Chunked);
 }

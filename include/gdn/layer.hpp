@@ -31,6 +31,16 @@ std::string_view to_string(Variant v);
 /// "auto", "subgroup", "per-head", "chunked"; throws std::invalid_argument otherwise.
 Variant parse_variant(std::string_view s);
 
+/// The bounds Config::check enforces. Heads: models of this kind have tens to a few hundred, and
+/// with these every size derived from a config fits 32-bit shader indexing per buffer. Conv taps: the
+/// models use 4, and the conv kernels unroll the taps (their pipeline builds grow with K). Intervals:
+/// the chunked family's chunk is at most 32 tokens (its shared-memory tiles); the other families'
+/// replay segment at most 4096 steps.
+inline constexpr int kMaxHeads = 4096;
+inline constexpr int kMaxConvTaps = 16;
+inline constexpr int kMaxChunk = 32;
+inline constexpr int kMaxCheckpointInterval = 4096;
+
 /// Shape and hyper-parameters of one layer.
 struct Config {
   int nv = 48;                   // value heads
@@ -45,8 +55,13 @@ struct Config {
                                  // fp32 operands split into fp16 pairs) where the device runs them;
                                  // resolved to whether they run. false: CUDA-core kernels only
 
-  int channels() const { return (2 * nk + nv) * kHeadDim; }  // C: q heads | k heads | v heads
-  int value_dim() const { return nv * kHeadDim; }
+  // C: q heads | k heads | v heads; nv * D. In 64 bits: exact for any int nv, nk.
+  std::int64_t channels() const { return (2 * std::int64_t(nk) + nv) * kHeadDim; }
+  std::int64_t value_dim() const { return std::int64_t(nv) * kHeadDim; }
+
+  /// Throws std::invalid_argument naming the first field out of its bounds (above) or inconsistent
+  /// with another (nv % nk, the chunked family's chunk length). Layer's constructor calls it.
+  void check() const;
 };
 
 /// The frozen parameters, float32.

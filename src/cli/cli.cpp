@@ -8,6 +8,7 @@
 #include "cli/cli.hpp"
 
 #include <cctype>
+#include <csignal>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <ostream>
 #include <random>
@@ -24,6 +26,8 @@
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 #include "bench.hpp"
 #include "cli/npy.hpp"
@@ -39,7 +43,7 @@ constexpr std::int64_t kD = kHeadDim;
 
 const char* const kRunUsage =
     "usage: gdn run --in DIR --out DIR [--backward] [--eps E] [--ckpt N]\n"
-    "               [--variant auto|subgroup|per-head|chunked]\n"
+    "               [--variant auto|subgroup|per-head|chunked] [--allow-nonfinite]\n"
     "\n"
     "Runs the GatedDeltaNet layer on float32 C-order .npy files (SPEC.md):\n"
     "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
@@ -54,6 +58,9 @@ const char* const kRunUsage =
     "  --ckpt N          tokens between state checkpoints (>= 1; the chunked variant's chunk\n"
     "                    length, <= 32); default: the variant's (8; chunked 16)\n"
     "  --variant V       kernel family: auto (default), subgroup, per-head or chunked\n"
+    "  --allow-nonfinite run on inputs that hold NaN or Inf (refused by default, naming the first)\n"
+    "Every input's header is checked (a regular file, float32, shapes that fit together, the sizes\n"
+    "within the library's bounds) before any payload is read.\n"
     "Exit status: 0 done, 2 bad flags or inputs (nothing written), 1 device or I/O failure.\n";
 
 const char* const kInfoUsage =
@@ -190,6 +197,7 @@ struct RunOptions {
   float eps = 1e-6f;
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
+  bool allow_nonfinite = false;
 };
 
 float parse_eps(const std::string& s) {
@@ -245,10 +253,11 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
         throw std::invalid_argument("run: " + flag + " needs a value (" + what + ")");
       value = args[++i];
     };
-    if (flag == "--backward") {
-      if (inline_value) throw std::invalid_argument("run: --backward takes no value, got '" + args[i] + "'");
-      if (o.backward) throw std::invalid_argument("run: --backward given more than once");
-      o.backward = true;
+    if (flag == "--backward" || flag == "--allow-nonfinite") {
+      bool& on = flag == "--backward" ? o.backward : o.allow_nonfinite;
+      if (inline_value) throw std::invalid_argument("run: " + flag + " takes no value, got '" + args[i] + "'");
+      if (on) throw std::invalid_argument("run: " + flag + " given more than once");
+      on = true;
     } else if (flag == "--in" || flag == "--out") {
       once(flag == "--in" ? seen_in : seen_out);
       take("a directory");
@@ -296,8 +305,33 @@ void expect_shape(const std::string& name, const npy::Array& a, const Shape& wan
   if (a.shape != want) refuse(name, a.shape, npy::shape_str(want), why);
 }
 
+// The layer's config for the problem's shapes and the flags.
+Config config_of(const Problem& p, const RunOptions& o) {
+  Config cfg;
+  cfg.nv = p.nv;
+  cfg.nk = p.nk;
+  cfg.conv_taps = p.K;
+  cfg.rms_eps = o.eps;
+  cfg.checkpoint_interval = o.ckpt;
+  cfg.variant = o.variant;
+  return cfg;
+}
+
+// "[b, t, c]" of flat index i in a C-order array of `shape`.
+std::string index_str(std::int64_t i, const Shape& shape) {
+  Shape idx(shape.size());
+  for (std::size_t k = shape.size(); k-- > 0;) {
+    idx[k] = i % shape[k];
+    i /= shape[k];
+  }
+  return npy::shape_str(idx);
+}
+
 // Reads every input (all of them present, each a float32 C-order .npy) and checks that the shapes
-// fit together; the first misfit is reported against what the earlier files fixed.
+// fit together, the first misfit reported against what the earlier files fixed, and that the
+// config they make is within the library's bounds: all from the headers, before any payload is read
+// (a misfit is refused at the cost of its header, whatever the payloads' sizes). Then the payloads,
+// and, unless --allow-nonfinite, that they hold no NaN or Inf.
 Problem read_inputs(const RunOptions& o) {
   std::error_code ec;
   if (!fs::exists(o.in, ec)) throw std::invalid_argument("--in " + o.in.string() + ": no such directory");
@@ -314,22 +348,19 @@ Problem read_inputs(const RunOptions& o) {
                                 (o.backward ? " dout" : "") + " as <name>.npy)");
 
   Problem p;
-  auto read = [&](const std::string& n, npy::Array& dst) {
+  const std::pair<const char*, npy::Array*> files[] = {{"qkv", &p.qkv},         {"z", &p.z},         {"a", &p.a},
+                                                       {"b", &p.b},             {"conv", &p.conv},   {"a_log", &p.a_log},
+                                                       {"dt_bias", &p.dt_bias}, {"norm", &p.norm},   {"dout", &p.dout}};
+  std::vector<npy::Header> headers;
+  for (const auto& [n, dst] : files) {
+    if (std::string(n) == "dout" && !o.backward) break;
     try {
-      dst = npy::read_f32(o.in / (n + ".npy"));
+      headers.push_back(npy::read_header(o.in / (std::string(n) + ".npy")));
     } catch (const npy::Error& e) {  // a bad input file is the caller's to fix
       throw std::invalid_argument(e.what());
     }
-  };
-  read("qkv", p.qkv);
-  read("z", p.z);
-  read("a", p.a);
-  read("b", p.b);
-  read("conv", p.conv);
-  read("a_log", p.a_log);
-  read("dt_bias", p.dt_bias);
-  read("norm", p.norm);
-  if (o.backward) read("dout", p.dout);
+    dst->shape = headers.back().shape;
+  }
 
   constexpr std::int64_t kMax = INT_MAX;
   // qkv fixes B, T and C.
@@ -376,42 +407,115 @@ Problem read_inputs(const RunOptions& o) {
   if (o.backward)
     expect_shape("dout", p.dout, {p.B, p.T, p.nv * kD},
                  "[B, T, nv*D], the shape of out, with " + from_qkv + " and " + from_z);
+  config_of(p, o).check();
+
+  for (std::size_t k = 0; k < headers.size(); ++k) {
+    const auto& [n, dst] = files[k];
+    const fs::path path = o.in / (std::string(n) + ".npy");
+    try {
+      *dst = npy::read_payload(path, headers[k]);
+    } catch (const npy::Error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    if (const std::int64_t i = npy::first_nonfinite(dst->data); i >= 0 && !o.allow_nonfinite)
+      throw std::invalid_argument(path.string() + ": element " + std::to_string(i) + " (index " +
+                                  index_str(i, dst->shape) + ") is " + (std::isnan(dst->data[std::size_t(i)]) ? "NaN" : "Inf") +
+                                  ", expected finite values (--allow-nonfinite runs anyway)");
+  }
   return p;
 }
 
 // ---- gdn run: outputs ----------------------------------------------------------------------------
 
-struct Output {
-  std::string name;
-  Shape shape;
-  std::vector<float> data;
-};
+// A staging directory: ".gdn-run-<pid>-<random>.partial" in --out. It holds the new files, the old
+// ones moved aside (NAME.npy.old) and a manifest: one line per output, "NAME 1" where --out held
+// something under NAME.npy before the run, "NAME 0" where it did not.
+constexpr std::string_view kStagingPrefix = ".gdn-run-", kStagingSuffix = ".partial";
 
-// Writes every output into a staging directory inside `dir`, then renames them into place: a
-// failure while writing leaves no output behind (and no `dir`, if this call created it).
-void write_outputs(const fs::path& dir, const std::vector<Output>& outputs) {
+// Puts `dir` back as the manifest of `staging` says it was, and removes `staging`.
+void roll_back(const fs::path& dir, const fs::path& staging) {
+  std::error_code ec;
+  std::ifstream manifest(staging / "manifest");
+  std::string name;
+  int had_old = 0;
+  while (manifest >> name >> had_old) {
+    const fs::path target = dir / (name + ".npy"), old = staging / (name + ".npy.old");
+    if (had_old) {
+      if (fs::exists(fs::symlink_status(old, ec))) {  // moved aside: the target, if any, is new
+        fs::remove_all(target, ec);
+        fs::rename(old, target, ec);
+      }
+    } else {
+      fs::remove_all(target, ec);  // new, where nothing was
+    }
+  }
+  manifest.close();
+  fs::remove_all(staging, ec);
+}
+
+// Rolls back and removes the staging directories in `dir` whose run is gone (killed mid-swap).
+void recover_stale(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (!n.starts_with(kStagingPrefix) || !n.ends_with(kStagingSuffix)) continue;
+    const std::string pid_text = n.substr(kStagingPrefix.size(), n.find('-', kStagingPrefix.size()) - kStagingPrefix.size());
+    long pid = 0;
+    const auto [ptr, perr] = std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+    if (perr != std::errc() || pid <= 0 || pid == long(::getpid())) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // still running (or not ours to judge)
+    roll_back(dir, it->path());
+  }
+}
+
+}  // namespace
+
+void write_outputs(const fs::path& dir, const std::vector<Output>& outputs,
+                   const std::function<void(const std::string&)>& before_swap) {
   std::error_code ec;
   const bool created = !fs::exists(dir, ec);
   if (created && !fs::create_directories(dir, ec) && ec)
     throw std::runtime_error("--out " + dir.string() + ": cannot create the directory: " + ec.message());
-  const fs::path staging = dir / (".gdn-run-" + std::to_string(std::random_device{}()) + ".partial");
-  std::vector<fs::path> placed;
+  recover_stale(dir);
+  for (const auto& o : outputs) {  // never replace what is not an earlier output
+    const auto st = fs::symlink_status(dir / (o.name + ".npy"), ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      throw std::invalid_argument("--out " + dir.string() + ": " + o.name +
+                                  ".npy exists and is not a regular file (gdn run replaces only its own outputs)");
+  }
+  const fs::path staging = dir / (std::string(kStagingPrefix) + std::to_string(::getpid()) + "-" +
+                                  std::to_string(std::random_device{}()) + std::string(kStagingSuffix));
+  bool staged = false;
   try {
     if (!fs::create_directory(staging, ec))
       throw std::runtime_error("--out " + dir.string() + ": cannot write: " + ec.message());
+    staged = true;
+    {
+      std::ofstream manifest(staging / "manifest");
+      for (const auto& o : outputs)
+        manifest << o.name << ' ' << (fs::exists(fs::symlink_status(dir / (o.name + ".npy"), ec)) ? 1 : 0) << '\n';
+      if (!manifest.flush()) throw std::runtime_error("--out " + dir.string() + ": cannot write the staging manifest");
+    }
     for (const auto& o : outputs) npy::write_f32(staging / (o.name + ".npy"), o.shape, o.data);
     for (const auto& o : outputs) {
-      fs::rename(staging / (o.name + ".npy"), dir / (o.name + ".npy"));
-      placed.push_back(dir / (o.name + ".npy"));
+      if (before_swap) before_swap(o.name);
+      const fs::path target = dir / (o.name + ".npy");
+      if (fs::exists(fs::symlink_status(target, ec))) {
+        fs::rename(target, staging / (o.name + ".npy.old"), ec);
+        if (ec) throw std::runtime_error(target.string() + ": cannot move it aside: " + ec.message());
+      }
+      fs::rename(staging / (o.name + ".npy"), target, ec);
+      if (ec) throw std::runtime_error(target.string() + ": cannot move the new file into place: " + ec.message());
     }
-    fs::remove(staging, ec);
+    fs::remove_all(staging, ec);  // the old files with it
   } catch (...) {
-    fs::remove_all(staging, ec);
-    for (const auto& p : placed) fs::remove(p, ec);
+    if (staged) roll_back(dir, staging);
     if (created) fs::remove(dir, ec);  // only if still empty
     throw;
   }
 }
+
+namespace {
 
 int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostream&) {
   RunOptions o;
@@ -426,13 +530,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Problem p = read_inputs(o);
 
   auto ctx = Context::create();
-  Config cfg;
-  cfg.nv = p.nv;
-  cfg.nk = p.nk;
-  cfg.conv_taps = p.K;
-  cfg.rms_eps = o.eps;
-  cfg.checkpoint_interval = o.ckpt;
-  cfg.variant = o.variant;
+  const Config cfg = config_of(p, o);
   Params params{std::move(p.conv.data), std::move(p.a_log.data), std::move(p.dt_bias.data),
                 std::move(p.norm.data)};
   Layer layer(ctx, cfg, params);

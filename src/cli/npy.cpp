@@ -1,6 +1,7 @@
 #include "cli/npy.hpp"
 
 #include <bit>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -103,13 +104,29 @@ std::string shape_str(std::span<const std::int64_t> shape) {
   return out + "]";
 }
 
-Array read_f32(const std::filesystem::path& path) {
+namespace {
+// The file's size, after checking (without opening it) that it is a regular file.
+std::uint64_t regular_file_size(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail(path, "no such file, expected a .npy file");
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) fail(path, "no such file, expected a .npy file");
+  if (!std::filesystem::is_regular_file(st))
+    fail(path, std::string("not a regular file (") +
+                   (std::filesystem::is_directory(st) ? "a directory" :
+                    std::filesystem::is_fifo(st) ? "a FIFO" :
+                    std::filesystem::is_character_file(st) || std::filesystem::is_block_file(st) ? "a device" :
+                    std::filesystem::is_socket(st) ? "a socket" : "not a plain file") +
+                   "), expected a .npy file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) fail(path, "cannot read: " + ec.message());
+  return size;
+}
+}  // namespace
+
+Header read_header(const std::filesystem::path& path) {
+  const std::uint64_t file_size = regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
-  const auto file_size = std::filesystem::file_size(path, ec);
-  if (ec) fail(path, "cannot read: " + ec.message());
 
   // Preamble: magic, major and minor version, header length (uint16 in 1.0, uint32 in 2.0/3.0).
   char pre[12] = {};
@@ -129,13 +146,14 @@ Array read_f32(const std::filesystem::path& path) {
     fail(path, "truncated: the header length says " + std::to_string(header_len) +
                    " bytes but the file ends after " + std::to_string(file_size - 8 - len_bytes));
   std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (!in.read(header.data(), static_cast<std::streamsize>(header_len)))
+    fail(path, "read error while reading the " + std::to_string(header_len) + "-byte header");
 
   // The dict: exactly the keys 'descr', 'fortran_order' and 'shape', in any order.
   HeaderParser p{path, header};
   std::string descr;
   bool fortran = false, seen[3] = {};
-  Array a;
+  Header a;
   p.need('{');
   while (!p.eat('}')) {
     const std::size_t key_at = p.i;
@@ -164,11 +182,31 @@ Array read_f32(const std::filesystem::path& path) {
     fail(path, std::string(have < std::uint64_t(want) ? "truncated" : "trailing data") +
                    ": header says shape " + shape_str(a.shape) + " = " + std::to_string(want) +
                    " bytes of data, file has " + std::to_string(have));
+  a.data_offset = data_start;
+  return a;
+}
 
+Array read_payload(const std::filesystem::path& path, const Header& header) {
+  const std::int64_t want = data_bytes(header.shape);
+  if (want < 0 || regular_file_size(path) != header.data_offset + std::uint64_t(want))
+    fail(path, "changed since its header was read");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
+  in.seekg(static_cast<std::streamoff>(header.data_offset));
+  Array a;
+  a.shape = header.shape;
   a.data.resize(static_cast<std::size_t>(want / 4));
-  if (!in.read(reinterpret_cast<char*>(a.data.data()), want))
+  if (want > 0 && !in.read(reinterpret_cast<char*>(a.data.data()), want))
     fail(path, "read error while reading " + std::to_string(want) + " bytes of data");
   return a;
+}
+
+Array read_f32(const std::filesystem::path& path) { return read_payload(path, read_header(path)); }
+
+std::int64_t first_nonfinite(std::span<const float> data) {
+  for (std::size_t i = 0; i < data.size(); ++i)
+    if (!std::isfinite(data[i])) return std::int64_t(i);
+  return -1;
 }
 
 void write_f32(const std::filesystem::path& path, std::span<const std::int64_t> shape,

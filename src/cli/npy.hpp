@@ -21,8 +21,26 @@ struct Array {
   std::vector<float> data;          // C order, product(shape) elements
 };
 
-// Reads a .npy file of format version 1.0, 2.0 or 3.0 holding '<f4' data in C order.
+// What a .npy file's header says: its shape, and where its payload starts.
+struct Header {
+  std::vector<std::int64_t> shape;
+  std::uint64_t data_offset = 0;
+};
+
+// Reads and checks the header of a .npy file of format version 1.0, 2.0 or 3.0 holding '<f4' data
+// in C order, and that the file's size is the header's plus its payload's; reads no payload. The
+// path must name a regular file (checked before it is opened: a FIFO or a device is refused).
+Header read_header(const std::filesystem::path& path);
+
+// Reads the payload that read_header described (the file is checked again: it must not have changed
+// size in between).
+Array read_payload(const std::filesystem::path& path, const Header& header);
+
+// read_header, then read_payload.
 Array read_f32(const std::filesystem::path& path);
+
+// The index of the first NaN or Inf of data, or -1.
+std::int64_t first_nonfinite(std::span<const float> data);
 
 // Writes a version 1.0 .npy file byte-identical to NumPy's np.save of the same '<f4' array.
 // Throws Error if data.size() != product(shape). The file is written under a temporary name
