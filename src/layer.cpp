@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <array>
 #include <atomic>
 #include <stdexcept>
@@ -177,6 +179,7 @@ struct LayerImpl {
   LayerImpl(std::shared_ptr<Context> c, const Config& config, const Params& p)
       : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {
     validate_config(p);
+    if (const char* e = std::getenv("GDN_CHECK_FINITE"); e && std::string_view(e) == "1") cfg.check_finite = true;
     // Every recurrence kernel runs 256 invocations per workgroup (Vulkan guarantees only 128).
     if (dev.info().max_workgroup_invocations < 256)
       throw Error("device '" + dev.info().name + "' allows " + std::to_string(dev.info().max_workgroup_invocations) +
@@ -520,6 +523,34 @@ struct LayerImpl {
     r.mark("conv_bwd");
   }
 
+  // ---- Config::check_finite ----
+
+  // The first NaN or Inf of tensor t, as "NAME element i (index [..]) is NaN", or "".
+  static std::string first_nonfinite(const Tensor& t) {
+    const std::vector<float> v = t.download();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (std::isfinite(v[i])) continue;
+      std::string idx;
+      std::size_t rest = i;
+      for (std::size_t k = t.shape().size(); k-- > 0;) {
+        idx = std::to_string(rest % std::size_t(t.shape()[k])) + (idx.empty() ? "" : ", ") + idx;
+        rest /= std::size_t(t.shape()[k]);
+      }
+      return t.name() + " element " + std::to_string(i) + " (index [" + idx + "]) is " + (std::isnan(v[i]) ? "NaN" : "Inf");
+    }
+    return "";
+  }
+  void check_inputs_finite(const char* call, std::initializer_list<const Tensor*> ts) const {
+    for (const Tensor* t : ts)
+      if (auto m = first_nonfinite(*t); !m.empty())
+        throw std::invalid_argument(std::string(call) + ": " + m + " (Config::check_finite)");
+  }
+  void check_outputs_finite(const char* call, std::initializer_list<const Tensor*> ts) const {
+    for (const Tensor* t : ts)
+      if (auto m = first_nonfinite(*t); !m.empty())
+        throw Error(std::string(call) + ": " + m + ", from finite inputs (Config::check_finite)");
+  }
+
   // ---- the calls ----
 
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape) {
@@ -538,7 +569,9 @@ struct LayerImpl {
       f = &st.fwd;
     }
     ensure(*f, B, T, tape != nullptr);
+    if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b});
     run([&](gpu::Recorder& r) { record_forward(r, in, out, *f, B, T); });
+    if (cfg.check_finite) check_outputs_finite("forward", {&out});
   }
 
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g) {
@@ -557,7 +590,9 @@ struct LayerImpl {
     check_context(dout);
     for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) check_context(*t);
     ensure_backward(B, T);
+    if (cfg.check_finite) check_inputs_finite("backward", {&dout});
     run([&](gpu::Recorder& r) { record_backward(r, *st, dout, g); });
+    if (cfg.check_finite) check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db});
   }
 
   static TapeState& tape_state(Tape& t);

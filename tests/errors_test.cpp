@@ -80,6 +80,28 @@ TEST_F(Errors, ConfigBounds) {
   EXPECT_EQ(Layer(context(), cfg, random_params(cfg, 1)).variant(), Variant::PerHead);
 }
 
+// Config::check_finite names the first NaN or Inf of an input (std::invalid_argument) and of an
+// output made from finite inputs (gdn::Error: here gradients overflowing fp32 from dout = 3e38).
+TEST_F(Errors, CheckFiniteNamesTheFirstNonFiniteElement) {
+  Config cfg = kCfg;
+  cfg.check_finite = true;
+  const Params p = random_params(cfg, 1);
+  Layer layer(context(), cfg, p);
+  Batch x = random_batch(cfg, 1, 3, 2);
+  x.z[3] = NAN;
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.forward(1, 3, {x.qkv, x.z, x.a, x.b}); }),
+              AllOf(HasSubstr("forward: z element 3 (index [0, 0, 3]) is NaN"), HasSubstr("check_finite")));
+  x.z[3] = 0.5f;
+  Tape tape;
+  layer.forward(1, 3, {x.qkv, x.z, x.a, x.b}, &tape);
+  std::vector<float> dout(x.dout.size(), 3e38f);
+  EXPECT_THAT(message_of<Error>([&] { layer.backward(tape, dout); }),
+              AllOf(HasSubstr("backward: dqkv element 0"), HasSubstr("from finite inputs")));
+  dout[1] = INFINITY;
+  EXPECT_THAT(message_of<std::invalid_argument>([&] { layer.backward(tape, dout); }),
+              HasSubstr("backward: dout element 1 (index [0, 0, 1]) is Inf"));
+}
+
 TEST_F(Errors, ParamSizes) {
   Params p = random_params(kCfg, 1);
   p.conv.pop_back();

@@ -54,6 +54,10 @@ struct Config {
   bool matrix_units = true;      // the chunked family's matrix-unit kernels (cooperative matrices,
                                  // fp32 operands split into fp16 pairs) where the device runs them;
                                  // resolved to whether they run. false: CUDA-core kernels only
+  bool check_finite = false;     // debugging a training run: every call reads back its inputs and
+                                 // outputs and names the first NaN or Inf (an input's:
+                                 // std::invalid_argument; an output's: gdn::Error). Slow. Also on
+                                 // where the environment sets GDN_CHECK_FINITE=1
 
   // C: q heads | k heads | v heads; nv * D. In 64 bits: exact for any int nv, nk.
   std::int64_t channels() const { return (2 * std::int64_t(nk) + nv) * kHeadDim; }
