@@ -607,7 +607,7 @@ Tape::Tape() = default;
 Tape::~Tape() = default;
 Tape::Tape(Tape&&) noexcept = default;
 Tape& Tape::operator=(Tape&&) noexcept = default;
-bool Tape::recorded() const { return state_ && state_->fwd.y; }
+bool Tape::recorded() const { return state_ && state_->fwd.qkn; }
 int Tape::batch() const { return state_ ? state_->fwd.B : 0; }
 int Tape::tokens() const { return state_ ? state_->fwd.T : 0; }
 

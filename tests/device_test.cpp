@@ -181,5 +181,45 @@ TEST_F(DeviceTest, ParityCheckDetectsAWrongResult) {
   EXPECT_GT(rel_l2(out, want.out), kTolerance);
 }
 
+// Context::allocated_bytes counts the buffers that are alive: a tensor made and freed twenty times,
+// and a training loop that makes a fresh tape every step, leave it where they found it (it used to
+// only grow, and its heap check refused such a loop after a few dozen steps).
+TEST_F(DeviceTest, AllocatedBytesCountsOnlyLiveBuffers) {
+  auto ctx = context();
+  const std::size_t base = ctx->allocated_bytes();
+  for (int i = 0; i < 20; ++i) {
+    Tensor t(ctx, {1024, 1024}, "t");
+    EXPECT_GE(ctx->allocated_bytes(), base + (4u << 20));
+  }
+  EXPECT_EQ(ctx->allocated_bytes(), base);
+
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4};
+  Layer layer(ctx, cfg, random_params(cfg, 3));
+  const Batch x = random_batch(cfg, 2, 20, 4);
+  std::size_t after_first = 0;
+  for (int step = 0; step < 4; ++step) {
+    Tape tape;
+    layer.forward(2, 20, {x.qkv, x.z, x.a, x.b}, &tape);
+    layer.backward(tape, x.dout);
+    if (step == 0) after_first = ctx->allocated_bytes();
+  }
+  EXPECT_LT(ctx->allocated_bytes(), after_first);  // the last tape is gone
+  EXPECT_GT(ctx->allocated_bytes(), base);         // the layer's own buffers are not
+}
+
+// Tape::recorded() says whether a forward filled the tape, in every family (it tested a buffer the
+// matrix units' path never makes).
+TEST_F(DeviceTest, TapeIsRecordedAfterAForwardInEveryFamily) {
+  for (const Family& f : {kPerHead, kSubgroup, kChunked, kChunkedCudaCores}) {
+    const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .variant = f.variant, .matrix_units = f.matrix_units};
+    Layer layer(context(), cfg, random_params(cfg, 5));
+    const Batch x = random_batch(cfg, 1, 18, 6);
+    Tape tape;
+    EXPECT_FALSE(tape.recorded()) << f.name;
+    layer.forward(1, 18, {x.qkv, x.z, x.a, x.b}, &tape);
+    EXPECT_TRUE(tape.recorded()) << f.name;
+  }
+}
+
 }  // namespace
 }  // namespace gdn::test

@@ -321,16 +321,18 @@ std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t byte
     if (type == UINT32_MAX) type = memory_type(req.memoryTypeBits, {});
     const auto heap = memory_props_.memoryTypes[type].heapIndex;
     const auto heap_size = memory_props_.memoryHeaps[heap].size;
-    if (req.size + allocated_ > heap_size)
+    if (req.size + *allocated_ > heap_size)
       throw Error("buffer '" + b->name + "' needs " + bytes_str(req.size) + " but memory heap " +
                   std::to_string(heap) + " holds " + bytes_str(heap_size) + " and gdn already uses " +
-                  bytes_str(allocated_) + "; use fewer windows (B) or tokens (T), or a larger checkpoint interval");
+                  bytes_str(*allocated_) + "; use fewer windows (B) or tokens (T), or a larger checkpoint interval");
     b->memory = vk::raii::DeviceMemory(device_, {.allocationSize = req.size, .memoryTypeIndex = type});
     b->buffer.bindMemory(*b->memory, 0);
-    allocated_ += req.size;
+    *allocated_ += req.size;
+    b->held = allocated_;
+    b->held_bytes = req.size;
   } catch (const vk::SystemError& e) {
     throw Error("cannot allocate buffer '" + b->name + "' (" + bytes_str(bytes) + "): " + e.what() +
-                " (gdn holds " + bytes_str(allocated_) + " on this device)");
+                " (gdn holds " + bytes_str(*allocated_) + " on this device)");
   }
   return b;
 }

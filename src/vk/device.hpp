@@ -34,6 +34,16 @@ struct Buffer {
   std::size_t bytes = 0;
   vk::raii::Buffer buffer = nullptr;
   vk::raii::DeviceMemory memory = nullptr;
+  // The device's count of the bytes its buffers hold, which this one's memory is part of until it goes.
+  std::shared_ptr<std::size_t> held;
+  std::size_t held_bytes = 0;
+
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (held) *held -= held_bytes;
+  }
 };
 
 /// A view of a buffer bound to one storage binding.
@@ -128,7 +138,7 @@ class Device {
   std::vector<Interval> run(const std::function<void(Recorder&)>& body, bool timed = false);
 
   /// Bytes held by buffers of this device.
-  std::size_t allocated_bytes() const { return allocated_; }
+  std::size_t allocated_bytes() const { return *allocated_; }
 
   /// The pipeline cache's contents (to save across runs).
   std::vector<std::uint8_t> pipeline_cache_data() const;
@@ -162,7 +172,7 @@ class Device {
   bool pipeline_stats_ = false;
   DeviceInfo info_;
   vk::PhysicalDeviceMemoryProperties memory_props_{};
-  std::size_t allocated_ = 0;
+  std::shared_ptr<std::size_t> allocated_ = std::make_shared<std::size_t>(0);  // bytes the live buffers hold
   std::function<void(std::string_view)> on_validation_error_;
 };
 
