@@ -44,7 +44,8 @@ void main() {
   {
     vec4 x1[HR4], x2[HR4], w[HR4];
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
-    const uint s0_at = (bh * slots + k.c - 1u) * D * D, ds_at = (bh * slots + k.c) * D * D;
+    // (0 where there is no such state: in range, should a compiler load before it selects)
+    const uint s0_at = has_s0 ? (bh * slots + k.c - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + k.c) * D * D : 0u;
     const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
     float pre[PRE];
     float s0n[TILE], sdn[TILE];  // the next round's S0[r][c], dS[r][c], loaded a round ahead too

@@ -49,7 +49,7 @@ void main() {
     const uint seg = pc.nseg - 1u - sgi;
     const uint t0 = seg * pc.cs;
     const uint nst = min(pc.cs, pc.t - t0);
-    const uint ck_at = (bh * ck_slots + seg - 1u) * STATE_WORDS;  // used only for seg > 0
+    const uint ck_at = seg > 0u ? (bh * ck_slots + seg - 1u) * STATE_WORDS : 0u;  // used only for seg > 0
 
     // ---- replay the segment from its checkpoint: S_t and kv of every step into the scratch ----
     [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = seg > 0u ? ck[ck_at + e * 256u + tid] : 0.0;
