@@ -2,7 +2,7 @@
 // Backward recurrence (checkpointed BPTT) + gated RMSNorm backward, per-head family: one workgroup
 // per (window b, v-head h). Segments of cs steps are walked in reverse; each is replayed from its
 // checkpoint into the scratch (S after every step, kv per step), then swept backwards with dS
-// carried in registers across segments (SPEC.md, "Backward"):
+// carried in registers across segments (docs/spec.md, "Backward"):
 //   do from the norm backward; dS += q^ (x) do; dq^ = S_t do; du = dS^T k^; dv = beta du;
 //   dbeta = <du, v - kv>; dkv = -beta du; dS_pre = dS + k^ (x) dkv; dk^ = dS u + (g S_{t-1}) dkv;
 //   dg = <dS_pre, S_{t-1}>; dS = g dS_pre.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The `gdn` tool run in-process (gdn::cli::main with string streams), each test in a fresh
 // temporary directory: `gdn run` agrees bit for bit with the host API it wraps, and every input
-// that does not fit SPEC.md's contract is refused with exit 2, a message naming the file (or flag)
+// that does not fit docs/spec.md's contract is refused with exit 2, a message naming the file (or flag)
 // with the expected and the actual shape, and nothing written.
 #include <gmock/gmock.h>
 

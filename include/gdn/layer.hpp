@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// gdn::Layer: the GatedDeltaNet layer (SPEC.md) forward and backward on a Vulkan device.
+// gdn::Layer: the GatedDeltaNet layer (docs/spec.md) forward and backward on a Vulkan device.
 #pragma once
 
 #include <cstddef>

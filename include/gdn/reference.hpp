@@ -3,7 +3,7 @@
 // It knows nothing of Vulkan; every device result of the library is validated against it, and it is
 // validated against central finite differences of its own forward (tests/reference_test.cpp).
 //
-// The math is ../SPEC.md's, with the head dim D a parameter (the device fixes D = 128; the
+// The math is docs/spec.md's, with the head dim D a parameter (the device fixes D = 128; the
 // finite-difference tests use small D to stay fast).
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace gdn::reference {
 
-/// Row-major float64 matrix: tensors below are [rows, cols] as in SPEC.md with the window axis dropped.
+/// Row-major float64 matrix: tensors below are [rows, cols] as in docs/spec.md with the window axis dropped.
 using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vec = Eigen::VectorXd;
 
@@ -58,7 +58,7 @@ struct Grads {
 /// out [T, nv*D]. Throws std::invalid_argument on inconsistent shapes.
 Mat forward(const Dims& dims, const Weights& w, const Window& x);
 
-/// The exact reverse sweep of SPEC.md ("Backward") for the output gradient dout [T, nv*D].
+/// The exact reverse sweep of docs/spec.md ("Backward") for the output gradient dout [T, nv*D].
 Grads backward(const Dims& dims, const Weights& w, const Window& x, const Mat& dout);
 
 }  // namespace gdn::reference

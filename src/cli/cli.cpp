@@ -2,7 +2,7 @@
 // The `gdn` command-line tool. Uses the public API only (include/gdn), as a caller would.
 //
 // Exit codes: 0 done; 2 the caller's mistake (flags, input files whose shapes do not fit, see
-// SPEC.md "The command-line contract"); 1 the device, the library or the file system failed.
+// docs/spec.md, "The command-line contract"); 1 the device, the library or the file system failed.
 // `gdn run` reads and checks every input before it computes, and computes everything before it
 // writes: a refusal or a failure leaves --out as it was.
 #include "cli/cli.hpp"
@@ -45,7 +45,7 @@ const char* const kRunUsage =
     "usage: gdn run --in DIR --out DIR [--backward] [--eps E] [--ckpt N]\n"
     "               [--variant auto|subgroup|per-head|chunked] [--allow-nonfinite]\n"
     "\n"
-    "Runs the GatedDeltaNet layer on float32 C-order .npy files (SPEC.md):\n"
+    "Runs the GatedDeltaNet layer on float32 C-order .npy files (docs/spec.md):\n"
     "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
     "          a_log.npy, dt_bias.npy [nv]  norm.npy [128]   (+ dout.npy [B,T,nv*128] with --backward)\n"
     "          where C = (2*nk + nv)*128 and nv is a multiple of nk; B, T, nv, nk, K come from the shapes\n"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The `gdn` command-line tool: `gdn info`, `gdn run` (SPEC.md, "The command-line contract") and
+// The `gdn` command-line tool: `gdn info`, `gdn run` (docs/spec.md, "The command-line contract") and
 // `gdn bench`. One function, testable in-process: no global state, no exit(), no std::cout.
 #pragma once
 

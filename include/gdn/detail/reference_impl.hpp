@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Inline implementation of gdn/reference.hpp: SPEC.md's forward and exact backward for one window, in
+// Inline implementation of gdn/reference.hpp: docs/spec.md's forward and exact backward for one window, in
 // float64 with Eigen. Written to be read and checked, not to be fast.
 //
 // Layouts (row-major, window axis dropped; D = head dim):
@@ -251,7 +251,7 @@ inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const
       dO.row(t).segment(c0, D) = (inv * a - coef * o).transpose();
     }
 
-  // Reverse sweep per value head (SPEC.md "Backward"); dS = dL/dS_t carried from t+1, zero at T.
+  // Reverse sweep per value head (docs/spec.md, "Backward"); dS = dL/dS_t carried from t+1, zero at T.
   Mat dy = Mat::Zero(T, C);          // [T, C] gradient into y = silu(pre); v columns written here
   Mat dqhat = Mat::Zero(T, Index(nk) * D);  // [T, nk*D] summed over the rep value heads of a key head
   Mat dkhat = Mat::Zero(T, Index(nk) * D);
