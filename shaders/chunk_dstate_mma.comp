@@ -132,9 +132,9 @@ void main() {
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
 
   // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
-  // (the one before in this pass's order) updates its state, so that their latency is off the chain
-  // (H200: 0.577 -> 0.547 ms). Its operators are loaded here, not a chunk ahead: ahead measured
-  // slower wherever they were loaded (0.61 right after the staging barrier, 0.58 beside these rows).
+  // (the one before in this pass's order) updates its state, so that their latency is off the chain.
+  // Its operators are loaded here, not a chunk ahead: ahead measured slower wherever they were loaded
+  // (their registers cost more than the latency they hide).
   vec4 o_next[2], z_next[2], g_next[2], u_next[2];
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
@@ -217,7 +217,7 @@ void main() {
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
     }
     // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
-    // made while dU's products are in flight (H200: 0.634 ms against 0.641 made before them, 0.649 after Yv).
+    // made while dU's products are in flight (faster than before them or after Yv).
     {
       F32M m;
       F16M ah, al;

@@ -95,8 +95,8 @@ void main() {
 
   // A chunk's operators and V are loaded while the chunk before makes its products, from the barrier
   // after which that chunk's staged copies are all that is read (their registers are free then),
-  // so that their latency is off the serial chain (H200: 0.582 -> 0.555 ms with a tape, 0.466 ->
-  // 0.472 without: loaded after the products, as before, they had only the state update to land).
+  // so that their latency is off the serial chain (loaded after the products, they had only the state
+  // update to land).
   Operators next;
   vec4 v_next[2];
   {

@@ -13,8 +13,7 @@
 // - chunk_dstate_mma (defines DSTATE_STAGE): -diag(beta gamma) K and T itself: its state update
 //   takes W^T dU as K^T diag(beta gamma) Yv with Yv = T^T dU (W = T diag(beta gamma) K), one 16 x 16
 //   product on its chain, so that no pass makes W.
-// 8 subgroups per workgroup measured faster than 4 (two workgroups per head): 0.63 against 0.86 ms
-// for chunk_dstate_mma on the H200 at the 27B shape.
+// 8 subgroups per workgroup measured faster than 4 (two workgroups per head).
 // The staged K~, Q~ and third operator are 2^eqk times theirs and P 2^ep times (chunk_prep_fwd's
 // exponents, mma.glsl): the passes scale back each product they take from them.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),

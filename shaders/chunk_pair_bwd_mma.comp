@@ -67,9 +67,8 @@ layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (the forward's)
 layout(set = 0, binding = 3) readonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][factor][hi, lo][16][4] (chunk_factors)
 // Phase 1's ring of loads (bindings 4 to 8) is volatile: so marked, the loads stay where they are
-// issued, DEPTH rounds ahead of their use (H200: 1.136-1.149 ms against 1.167-1.190 without; the
-// states alone 1.140; coherent the same). The serial passes' prefetches so marked measured slower
-// or no faster (bench/RESULTS.md, thirteenth session).
+// issued, DEPTH rounds ahead of their use (faster than without; docs/performance.md). The serial
+// passes' prefetches so marked measured slower or no faster.
 layout(set = 0, binding = 4) volatile readonly buffer U4 { vec4 u4[]; };      // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 5) volatile readonly buffer Do4 { vec4 do4[]; };    // [B, T, nv*D/4] dO (chunk_dstate_mma)
 layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    // [B, T, nv*D/4] Yv = T^T dU (chunk_dstate_mma)
@@ -198,7 +197,7 @@ void fetch_operand(Chunk k, uint lane, uint col0, uint which, out vec4 x[2]) {  
 }
 // Writes x^T [column][i] to the chunk's records at word w0 .. (its 16 columns): a whole chunk's
 // rows straight from the registers, a short chunk's (the last of a window) through the subgroup's
-// tile (H200: 0.993 ms against 1.006 through the tile for every chunk).
+// tile (faster than through the tile for every chunk).
 void store_rows(F32M x, Chunk k, uint t_at, uint lane, uint w0) {
   if (k.L == CH) coopMatStoreNV(x, rec, head_row(k, 0u) * RW + w0, pc.nv * RW, true);  // rows i RW nv apart
   else STORE_TILE_T(x, t_at, lane, k.L, rec, head_row(k, i_) * RW + w0, 1.0)
@@ -337,7 +336,7 @@ void main() {
   const Chunk k = ab == 0u ? ka : kb;
   const uint col0 = 16u * q, t_at = sg * 256u, n = bh * nch + k.c;  // n: chunk_factors' index
   // The chunk's factors (chunk_factors.glsl), loaded at once: their latency off the products' chain
-  // (H200: 1.131-1.133 ms against 1.144-1.147 loaded before each product).
+  // (faster than loading each before its product).
   F16M fh[NCF], fl[NCF];
   [[unroll]] for (uint c = 0u; c < NCF; ++c) {
     coopMatLoadNV(fh[c], fac, factor_at(n, c, 0u), FP, false);

@@ -13,7 +13,7 @@ layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, 
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, nv*D] conv + silu of the v channels
 layout(set = 0, binding = 3) writeonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
-#define TB 8u  // tokens per invocation: its outputs wait in registers (16: 113 registers, 0.145 ms on the H200; 8: 0.122)
+#define TB 8u  // tokens per invocation: its outputs wait in registers (16 needs 113 registers and is slower)
 layout(set = 0, binding = 4) writeonly buffer Nq { float nq[]; };     // [2][B, T, nk] sum q^2 + 1e-6, sum k^2 + 1e-6
 
 #include "conv.glsl"

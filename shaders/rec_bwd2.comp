@@ -4,7 +4,7 @@
 // replayed from its checkpoint with the recorded kv (u = beta (v - kv) exactly as in the forward)
 // into a register history: hist[j] = S after step t0+j-1, hist[0] = the checkpoint. The history
 // stays on chip because in memory it would be 32 bytes per state element and step, several times the
-// backward's whole budget of memory traffic (its cost in registers: bench/RESULTS.md). Then the reverse sweep of
+// backward's whole budget of memory traffic (its cost: registers, one workgroup per SM). Then the reverse sweep of
 // docs/spec.md, per column j, with dS carried in registers across segments:
 //   dS += q^ do;  dq^ += S_t do (a sum over columns);  du = dS . k^;  dkv = -beta du;
 //   dk^ += dS u + (g S_{t-1}) dkv (over columns);
