@@ -18,6 +18,14 @@ function(gdn_add_shaders target)
   get_filename_component(out_dir ${ARG_OUTPUT_HEADER} DIRECTORY)
   set(headers)
   set(includes "")
+  # Every shader folder is on the include path: a shader includes another folder's header by name.
+  set(include_dirs)
+  file(GLOB shader_dirs LIST_DIRECTORIES true ${CMAKE_CURRENT_SOURCE_DIR}/shaders/*)
+  foreach(d IN LISTS shader_dirs)
+    if(IS_DIRECTORY ${d})
+      list(APPEND include_dirs -I ${d})
+    endif()
+  endforeach()
   set(builds)
   foreach(src IN LISTS ARG_SOURCES)
     get_filename_component(name ${src} NAME_WE)
@@ -55,7 +63,7 @@ function(gdn_add_shaders target)
       OUTPUT ${spv}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/shaders
       COMMAND ${GDN_GLSLC} --target-env=${GDN_SHADER_ENV} ${opt} -Werror ${defines}
-              -I ${CMAKE_CURRENT_SOURCE_DIR}/shaders -MD -MF ${spv}.d -o ${spv} ${abs}
+              ${include_dirs} -MD -MF ${spv}.d -o ${spv} ${abs}
       COMMAND ${GDN_SPIRV_VAL} --target-env ${GDN_SHADER_ENV} ${spv}
       DEPENDS ${abs}
       DEPFILE ${spv}.d

@@ -19,7 +19,7 @@ std::unique_ptr<gpu::Pipeline> make(gpu::Device& dev, const char* name, std::spa
 }
 
 constexpr std::uint32_t kD = 128;
-constexpr std::uint32_t kChunkGradsBindings = 15;  // shaders/chunk_grads.glsl, for chunk_values and chunk_grads
+constexpr std::uint32_t kChunkGradsBindings = 15;  // shaders/chunked/chunk_grads.glsl, for chunk_values and chunk_grads
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The host side of the shaders' interface: the push-constant block of shaders/common.glsl, and the
+// The host side of the shaders' interface: the push-constant block of shaders/common/common.glsl, and the
 // pipelines of the three kernel families with their binding counts and shared memory.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace gdn::detail {
 
-/// Mirrors `Push` in shaders/common.glsl: same field order, std430 (4-byte words), 64 bytes.
+/// Mirrors `Push` in shaders/common/common.glsl: same field order, std430 (4-byte words), 64 bytes.
 struct Push {
   std::uint32_t nb = 0;     // windows (B)
   std::uint32_t t = 0;      // tokens per window (T)
@@ -34,20 +34,20 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 struct CommonKernels {
   std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
-/// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/conv_fwd.comp, conv.glsl).
+/// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).
 constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
-/// (shaders/conv.glsl).
+/// (shaders/common/conv.glsl).
 inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C, std::uint64_t tokens) {
   return (B * ((T + tokens - 1) / tokens) * (C / 4) + 63) / 64;
 }
 
-/// The per-head family (shaders/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
+/// The per-head family (shaders/per_head/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
 struct PerHeadKernels {
   std::unique_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
 };
 
-/// The column-split family (shaders/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
+/// The column-split family (shaders/subgroup/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
 struct SubgroupKernels {
   std::uint32_t subgroup_size = 0;
   std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // qk_bwd2: null where not built
@@ -80,7 +80,7 @@ struct ChunkedKernels {
   std::unique_ptr<gpu::Pipeline> conv_bwd_yv;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
-/// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/chunk_factors.glsl).
+/// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/matrix/chunk_factors.glsl).
 inline constexpr std::uint32_t kChunkFactors = 5;
 /// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
 /// per-head families, the chunk length of the chunked one.

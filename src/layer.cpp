@@ -101,7 +101,7 @@ struct ForwardState {
   // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
   // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
   std::unique_ptr<gpu::Buffer> x, gm;
-  // The matrix units' power-of-two exponents (shaders/mma.glsl): each head's bound on U, X and the
+  // The matrix units' power-of-two exponents (shaders/matrix/mma.glsl): each head's bound on U, X and the
   // states ([B, nv]), and per chunk the q^, k^ one ([B, nk, chunks]) and the P one ([B, nv, chunks]).
   std::unique_ptr<gpu::Buffer> vscale, eqk, ep;
 
@@ -132,14 +132,14 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> dqk;  // per-head: [2][B, T, nv, D] dq^, dk^; column-split: [B, T, nv][4][257] partials
   std::unique_ptr<gpu::Buffer> do_;  // column-split: [B, T, nv*D] grad of o
   std::unique_ptr<gpu::Buffer> dy;   // [B, T, C] grad of the conv + silu output
-  // The chunked backward's (shaders/chunk.glsl); dqk holds its records [B, T, nv][258].
+  // The chunked backward's (shaders/chunked/chunk.glsl); dqk holds its records [B, T, nv][258].
   std::unique_ptr<gpu::Buffer> w;    // [B, T, nv, D] W, then dW
   std::unique_ptr<gpu::Buffer> tm;   // [B, T, nv, CH] T = (I + A)^-1
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
-  std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/chunk_factors.glsl)
+  std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/matrix/chunk_factors.glsl)
   std::unique_ptr<gpu::Buffer> dscale; // matrix units: [B, nv] the exponent of each head's dO scale (mma.glsl)
-  std::unique_ptr<gpu::Buffer> mdiag;  // matrix units: [B, nv, nch][16] M's diagonal (shaders/chunk_factors.comp)
+  std::unique_ptr<gpu::Buffer> mdiag;  // matrix units: [B, nv, nch][16] M's diagonal (shaders/matrix/chunk_factors.comp)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [2][B, T, nv] cumulative log gates within each chunk (hi, lo)
   std::unique_ptr<gpu::Buffer> pairs;  // [B, nv, nch][2][CH][CH] chunk_values' pair dots
@@ -296,7 +296,7 @@ struct LayerImpl {
       f.gm = buffer("G per chunk", keep ? std::size_t(B) * nk * nseg(T) * ch * ch : 1);
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
-      f.lgc = buffer("cumulative log gates", 2 * BT * nv);  // hi, lo (shaders/chunk.glsl)
+      f.lgc = buffer("cumulative log gates", 2 * BT * nv);  // hi, lo (shaders/chunked/chunk.glsl)
       f.vscale = buffer("v scale exponents", std::size_t(B) * nv);
       f.eqk = buffer("q, k scale exponents", std::size_t(B) * nk * nseg(T));
       f.ep = buffer("P scale exponents", std::size_t(B) * nv * nseg(T));
@@ -339,7 +339,7 @@ struct LayerImpl {
         bwd.pairs = buffer("pair dots per chunk", chunks * 2 * cs * cs);
         bwd.sdot = buffer("<dS, S0> per chunk", chunks);
         bwd.tm = buffer("T per chunk", BT * nv * cs);
-        bwd.lgc = buffer("cumulative log gates per chunk", 2 * BT * nv);  // hi, lo (shaders/chunk.glsl)
+        bwd.lgc = buffer("cumulative log gates per chunk", 2 * BT * nv);  // hi, lo (shaders/chunked/chunk.glsl)
       }
     }
     bwd.dy = buffer("dy (conv output grad)", BT * cfg.channels());
@@ -429,7 +429,7 @@ struct LayerImpl {
     r.mark("norm_fwd2");
   }
 
-  // The chunked backward's passes (shaders/chunk.glsl); the last is marked by the caller.
+  // The chunked backward's passes (shaders/chunked/chunk.glsl); the last is marked by the caller.
   void record_chunked_recurrence(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g,
                                  const Push& pc) {
     const auto& f = st.fwd;
@@ -460,8 +460,8 @@ struct LayerImpl {
       r.mark("chunk_dstate");
     }
     // On the matrix units one pass does chunk_values' and chunk_grads' work for a pair of chunks per
-    // workgroup (its bindings: shaders/chunk_pair_bwd_mma.comp). On CUDA cores the two passes share
-    // one binding list (shaders/chunk_grads.glsl).
+    // workgroup (its bindings: shaders/matrix/chunk_pair_bwd_mma.comp). On CUDA cores the two passes share
+    // one binding list (shaders/chunked/chunk_grads.glsl).
     if (matrix) {
       r.dispatch(*chunked.chunk_pair_bwd_mma,
                  {v(*f.qkn), v(*f.gates), v(lgc), v(*bwd.fac), v(*f.kv), v(*bwd.do_), v(*bwd.du), v(*f.ck), v(*bwd.dsc),
