@@ -44,6 +44,13 @@ struct Family {
 const Family kPerHead{"per_head", Variant::PerHead, true}, kSubgroup{"subgroup", Variant::Subgroup, true},
     kChunked{"chunked", Variant::Chunked, true}, kChunkedCudaCores{"chunked_cuda_cores", Variant::Chunked, false};
 
+// What a test's parameters print as (ctest's and gtest's names), in place of their bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name << " (B " << c.B << ", T " << c.T << ", nv " << c.nv << ", nk " << c.nk << ", K " << c.K
+      << ", interval " << c.cs << ")";
+}
+void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+
 using Param = std::tuple<Case, Family>;
 
 class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {

@@ -29,6 +29,8 @@ const Family kFamilies[] = {{"per_head", Variant::PerHead, true},
                             {"chunked", Variant::Chunked, true},
                             {"chunked_cuda_cores", Variant::Chunked, false}};
 
+void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+
 struct Errors {
   double out = 0, dqkv = 0, dz = 0, da = 0, db = 0;
   double worst_grad() const { return std::max({dqkv, dz, da, db}); }
