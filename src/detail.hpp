@@ -23,6 +23,13 @@ struct TensorStorage {
   std::unique_ptr<gpu::Buffer> buffer;
 };
 
-inline gpu::Device& device_of(Context& c) { return c.impl().device; }
+// The library's access to what the public handles hide.
+struct Access {
+  static ContextImpl& impl(Context& c) { return *c.impl_; }
+  static TensorStorage& storage(const Tensor& t) { return *t.storage_; }
+};
+
+inline gpu::Device& device_of(Context& c) { return Access::impl(c).device; }
+inline TensorStorage& storage_of(const Tensor& t) { return Access::storage(t); }
 
 }  // namespace gdn::detail

@@ -363,7 +363,7 @@ struct LayerImpl {
   }
 
   void check_context(const Tensor& t) const {
-    if (t.storage().ctx.get() != ctx.get())
+    if (storage_of(t).ctx.get() != ctx.get())
       throw std::invalid_argument("tensor '" + t.name() + "' lives on another Context than the layer");
   }
 
@@ -390,7 +390,7 @@ struct LayerImpl {
   static gpu::BufferView v(const gpu::Buffer& b) { return {&b}; }
   // The conv output (v) a forward state's passes read: its own, or the matrix path's scratch.
   const gpu::Buffer& y_of(const ForwardState& f) const { return f.y ? *f.y : *y_scratch; }
-  static gpu::BufferView v(const Tensor& t) { return {t.storage().buffer.get()}; }
+  static gpu::BufferView v(const Tensor& t) { return {storage_of(t).buffer.get()}; }
 
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const ForwardState& f, int B, int T) {
     const Push pc = push(B, T, f.keep);

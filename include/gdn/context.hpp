@@ -14,6 +14,7 @@ namespace gdn {
 
 namespace detail {
 struct ContextImpl;
+struct Access;  // the library's own way in (src/detail.hpp)
 }
 
 /// A Vulkan device and what the library keeps on it (pipelines, the pipeline cache). Share one
@@ -47,9 +48,9 @@ class Context {
   /// Device memory held by the library's buffers (tensors, tapes, workspaces) on this device.
   std::size_t allocated_bytes() const;
 
-  detail::ContextImpl& impl() { return *impl_; }
 
  private:
+  friend struct detail::Access;
   explicit Context(std::unique_ptr<detail::ContextImpl> impl);
   std::unique_ptr<detail::ContextImpl> impl_;
 };

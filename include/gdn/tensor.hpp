@@ -12,6 +12,7 @@ namespace gdn {
 class Context;
 namespace detail {
 struct TensorStorage;
+struct Access;  // the library's own way in (src/detail.hpp)
 }
 
 /// A float32, row-major tensor in device memory. A cheap handle: copies share the same buffer.
@@ -35,9 +36,9 @@ class Tensor {
   /// The VkBuffer handle, for interop with a caller's own Vulkan code on the same device.
   std::uint64_t vk_buffer() const;
 
-  detail::TensorStorage& storage() const { return *storage_; }
 
  private:
+  friend struct detail::Access;
   std::shared_ptr<detail::TensorStorage> storage_;
 };
 
