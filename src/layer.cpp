@@ -54,6 +54,34 @@ void Config::check() const {
   if (!(rms_eps >= 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("config: rms_eps must be finite and >= 0");
 }
 
+std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg) {
+  cfg.check();
+  const DeviceInfo& info = ctx.device();
+  const auto choice = detail::choose_subgroup_size(info);
+  std::vector<FamilySupport> out;
+  for (Variant f : {Variant::Chunked, Variant::Subgroup, Variant::PerHead}) {
+    FamilySupport s;
+    s.variant = f;
+    s.checkpoint_interval = cfg.checkpoint_interval
+                                ? cfg.checkpoint_interval
+                                : (f == Variant::Chunked ? detail::kDefaultChunk : detail::kDefaultInterval);
+    const auto cs = std::uint32_t(s.checkpoint_interval);
+    if (info.max_workgroup_invocations < 256)  // every recurrence kernel runs 256 invocations a workgroup
+      s.why_not = "the device allows " + std::to_string(info.max_workgroup_invocations) +
+                  " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)";
+    else if (f != Variant::PerHead && !choice.size)
+      s.why_not = choice.why_not;
+    else if (f == Variant::Chunked)
+      s.why_not = detail::chunked_why_not(info, choice.size, cs);
+    else if (f == Variant::Subgroup)
+      s.why_not = detail::subgroup_backward_why_not(info, choice.size, cs);
+    s.runs = s.why_not.empty();
+    s.matrix_units = s.runs && f == Variant::Chunked && cfg.matrix_units && detail::chunked_matrix_why_not(info, cs).empty();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 namespace detail {
 namespace {
 
@@ -180,10 +208,6 @@ struct LayerImpl {
       : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {
     validate_config(p);
     if (const char* e = std::getenv("GDN_CHECK_FINITE"); e && std::string_view(e) == "1") cfg.check_finite = true;
-    // Every recurrence kernel runs 256 invocations per workgroup (Vulkan guarantees only 128).
-    if (dev.info().max_workgroup_invocations < 256)
-      throw Error("device '" + dev.info().name + "' allows " + std::to_string(dev.info().max_workgroup_invocations) +
-                  " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)");
     resolve_variant(cfg.variant);
     conv = upload({cfg.channels(), cfg.conv_taps}, "conv", p.conv);
     a_log = upload({cfg.nv}, "a_log", p.a_log);
@@ -211,34 +235,25 @@ struct LayerImpl {
   }
 
   // Sets cfg.variant (Auto resolved), cfg.checkpoint_interval (0 resolved) and, for the column-split
-  // and chunked families, subgroup_size.
+  // and chunked families, subgroup_size: the first family of family_support() that runs, or the one
+  // asked for (an Error naming why it cannot run).
   void resolve_variant(Variant v) {
-    const int asked = cfg.checkpoint_interval;
-    auto interval_for = [&](Variant f) { return asked ? asked : (f == Variant::Chunked ? kDefaultChunk : kDefaultInterval); };
-    const auto choice = choose_subgroup_size(dev.info());
-    // Empty where family f can run here, else why not.
-    auto why_not = [&](Variant f) -> std::string {
-      if (!choice.size) return choice.why_not;
-      const auto cs = std::uint32_t(interval_for(f));
-      return f == Variant::Chunked ? chunked_why_not(dev.info(), choice.size, cs)
-                                   : subgroup_backward_why_not(dev.info(), choice.size, cs);
+    const auto families = family_support(*ctx, cfg);
+    auto take = [&](const FamilySupport& f) {
+      cfg.variant = f.variant;
+      cfg.checkpoint_interval = f.checkpoint_interval;
+      if (f.variant != Variant::PerHead) subgroup_size = choose_subgroup_size(dev.info()).size;
     };
-    auto take = [&](Variant f) {
-      cfg.variant = f;
-      cfg.checkpoint_interval = interval_for(f);
-      if (f != Variant::PerHead) subgroup_size = choice.size;
-    };
-    if (v == Variant::PerHead) return take(Variant::PerHead);
-    for (Variant f : {Variant::Chunked, Variant::Subgroup}) {
-      if (v != Variant::Auto && v != f) continue;
-      const std::string reason = why_not(f);
-      if (reason.empty()) return take(f);
-      if (v == f)
-        throw Error("the " + std::string(to_string(f)) + " kernels cannot run on '" + dev.info().name + "': " + reason +
-                    "; use Variant::Auto (--variant auto: the first family that runs here) or Variant::PerHead "
-                    "(--variant per-head)");
+    for (const auto& f : families) {
+      if (v != Variant::Auto && v != f.variant) continue;
+      if (f.runs) return take(f);
+      if (v == f.variant || f.variant == Variant::PerHead)
+        throw Error("the " + std::string(to_string(f.variant)) + " kernels cannot run on '" + dev.info().name + "': " +
+                    f.why_not +
+                    (f.variant == Variant::PerHead ? ""
+                                                   : "; use Variant::Auto (--variant auto: the first family that runs "
+                                                     "here) or Variant::PerHead (--variant per-head)"));
     }
-    take(Variant::PerHead);
   }
 
   Tensor upload(std::vector<std::int64_t> shape, const char* name, const std::vector<float>& data) {

@@ -102,6 +102,38 @@ TEST_F(Errors, CheckFiniteNamesTheFirstNonFiniteElement) {
               HasSubstr("backward: dout element 1 (index [0, 0, 1]) is Inf"));
 }
 
+// family_support says which families run and why not, without building a pipeline, and agrees with
+// what a Layer resolves Variant::Auto to (gdn info uses it).
+TEST_F(Errors, FamilySupportAgreesWithTheLayer) {
+  for (const int interval : {0, 4, 64}) {
+    Config cfg = kCfg;
+    cfg.variant = Variant::Auto;
+    cfg.checkpoint_interval = interval;
+    const auto families = family_support(*context(), cfg);
+    ASSERT_EQ(families.size(), 3u);
+    EXPECT_EQ(families[0].variant, Variant::Chunked);
+    EXPECT_EQ(families[1].variant, Variant::Subgroup);
+    EXPECT_EQ(families[2].variant, Variant::PerHead);
+    const FamilySupport* first = nullptr;
+    for (const auto& f : families) {
+      EXPECT_EQ(f.runs, f.why_not.empty());
+      if (f.runs && !first) first = &f;
+    }
+    ASSERT_NE(first, nullptr);
+    Layer layer(context(), cfg, random_params(cfg, 1));
+    EXPECT_EQ(layer.variant(), first->variant) << "interval " << interval;
+    EXPECT_EQ(layer.config().matrix_units, first->matrix_units);
+    EXPECT_EQ(layer.config().checkpoint_interval, first->checkpoint_interval);
+  }
+  Config cfg = kCfg;
+  cfg.variant = Variant::Auto;
+  cfg.checkpoint_interval = 64;  // over any chunk, and the subgroup backward's shared memory here
+  const auto families = family_support(*context(), cfg);
+  EXPECT_THAT(families[0].why_not, HasSubstr("1 to 32"));
+  EXPECT_THAT(families[1].why_not, HasSubstr("shared memory"));
+  EXPECT_TRUE(families[2].runs);
+}
+
 TEST_F(Errors, ParamSizes) {
   Params p = random_params(kCfg, 1);
   p.conv.pop_back();

@@ -68,6 +68,18 @@ struct Config {
   void check() const;
 };
 
+/// Whether a kernel family runs on a device at a config, and why not; no pipeline is built to tell.
+struct FamilySupport {
+  Variant variant = Variant::PerHead;
+  bool runs = false;
+  bool matrix_units = false;  // the chunked family: on the matrix units (Config::matrix_units permitting)
+  int checkpoint_interval = 0;  // the interval it would take (the config's, or the family's default)
+  std::string why_not;          // empty where it runs
+};
+/// The families in the order Variant::Auto tries them (chunked, subgroup, per-head): Auto runs the
+/// first that runs. Throws std::invalid_argument for a config out of bounds (Config::check).
+std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg);
+
 /// The frozen parameters, float32.
 struct Params {
   std::vector<float> conv;     // [C, K], tap j reads position t-(K-1)+j
