@@ -33,6 +33,7 @@ Context::~Context() = default;
 
 const DeviceInfo& Context::device() const { return impl_->device.info(); }
 std::size_t Context::allocated_bytes() const { return impl_->device.allocated_bytes(); }
+std::size_t Context::pipelines_built() const { return impl_->device.pipelines_built(); }
 
 // ---- Tensor ----------------------------------------------------------------------------------------
 

@@ -9,10 +9,11 @@
 namespace gdn::detail {
 namespace {
 
-std::unique_ptr<gpu::Pipeline> make(gpu::Device& dev, const char* name, std::span<const std::uint32_t> spirv,
+// The device's pipeline for the shader and specialization (built once per device, shared by layers).
+std::shared_ptr<gpu::Pipeline> make(gpu::Device& dev, const char* name, std::span<const std::uint32_t> spirv,
                                     std::uint32_t bindings, std::uint32_t shared_bytes,
                                     std::vector<std::uint32_t> spec = {}, std::uint32_t subgroup_size = 0) {
-  return dev.create_pipeline({.name = name, .spirv = spirv, .bindings = bindings,
+  return dev.pipeline({.name = name, .spirv = spirv, .bindings = bindings,
                               .push_constant_bytes = sizeof(Push), .spec = std::move(spec),
                               .required_subgroup_size = subgroup_size, .full_subgroups = subgroup_size != 0,
                               .shared_bytes = shared_bytes});

@@ -32,7 +32,7 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 
 /// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's backward.
 struct CommonKernels {
-  std::unique_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
+  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).
 constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
@@ -44,15 +44,15 @@ inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t
 
 /// The per-head family (shaders/per_head/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
 struct PerHeadKernels {
-  std::unique_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
+  std::shared_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
 };
 
 /// The column-split family (shaders/subgroup/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
 struct SubgroupKernels {
   std::uint32_t subgroup_size = 0;
-  std::unique_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // qk_bwd2: null where not built
+  std::shared_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // qk_bwd2: null where not built
   /// rec_bwd2 holds a segment's states in registers: one pipeline per segment length, built on demand.
-  std::map<std::uint32_t, std::unique_ptr<gpu::Pipeline>> rec_bwd2;
+  std::map<std::uint32_t, std::shared_ptr<gpu::Pipeline>> rec_bwd2;
   const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
 };
 
@@ -64,20 +64,20 @@ inline constexpr std::uint32_t kColumnBlocks = 4;
 /// The chunked family (shaders/chunk_*.comp) for one chunk length: its backward, and with the matrix
 /// units its forward (elsewhere the forward is the column-split one).
 struct ChunkedKernels {
-  std::unique_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
+  std::shared_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
   /// chunk_dstate on the matrix units (chunk_dstate_mma.comp), and chunk_values and
   /// chunk_grads as one pass per pair of chunks (chunk_pair_bwd_mma.comp); null where they do not run.
   /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
   /// kColumnBlocks. Between them chunk_factors (chunk_factors.comp, one workgroup per chunk) makes the
   /// pair pass's 16 x 16 right factors.
-  std::unique_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_factors, chunk_pair_bwd_mma;
+  std::shared_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_factors, chunk_pair_bwd_mma;
   /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
   /// for the v-heads that share the k-head), then
   /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
-  std::unique_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
+  std::shared_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
   /// conv_bwd for the matrix units' backward (conv_bwd.comp with DV_FROM_YV): dv = beta Yv made as it
   /// is read (chunk_dstate_mma writes Yv, no dv); null where the matrix units do not run.
-  std::unique_ptr<gpu::Pipeline> conv_bwd_yv;
+  std::shared_ptr<gpu::Pipeline> conv_bwd_yv;
 };
 inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
 /// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/matrix/chunk_factors.glsl).

@@ -216,6 +216,30 @@ TEST_F(DeviceTest, AllocatedBytesCountsOnlyLiveBuffers) {
   EXPECT_EQ(ctx->allocated_bytes(), base);  // the layer gone too
 }
 
+// The Context keeps the pipelines, one per shader and specialization: a second Layer of a config
+// builds none (each Layer used to build its own), and a config needing other specializations builds
+// only those.
+TEST_F(DeviceTest, PipelinesAreBuiltOncePerContext) {
+  auto ctx = context();
+  for (const Family& f : {kPerHead, kSubgroup, kChunked}) {
+    const Config cfg{.nv = 2, .nk = 1, .conv_taps = 3, .checkpoint_interval = 5, .variant = f.variant};
+    const Params p = random_params(cfg, 7);
+    { Layer first(ctx, cfg, p); }
+    const std::size_t built = ctx->pipelines_built();
+    Layer second(ctx, cfg, p);
+    EXPECT_EQ(ctx->pipelines_built(), built) << f.name;
+    const Batch x = random_batch(cfg, 1, 7, 8);
+    Tape tape;
+    second.forward(1, 7, {x.qkv, x.z, x.a, x.b}, &tape);
+    second.backward(tape, x.dout);
+    Layer third(ctx, cfg, p);  // (the backward built its lazily made pipelines once too)
+    third.forward(1, 7, {x.qkv, x.z, x.a, x.b}, &tape);
+    const std::size_t after = ctx->pipelines_built();
+    third.backward(tape, x.dout);
+    EXPECT_EQ(ctx->pipelines_built(), after) << f.name;
+  }
+}
+
 // Tape::recorded() says whether a forward filled the tape, in every family (it tested a buffer the
 // matrix units' path never makes).
 TEST_F(DeviceTest, TapeIsRecordedAfterAForwardInEveryFamily) {

@@ -47,6 +47,9 @@ class Context {
   const DeviceInfo& device() const;
   /// Device memory held by the library's buffers (tensors, tapes, workspaces) on this device.
   std::size_t allocated_bytes() const;
+  /// Compute pipelines built on this device so far: the Context keeps them, one per shader and
+  /// specialization, and every Layer on it shares them (a second Layer of a config builds none).
+  std::size_t pipelines_built() const;
 
 
  private:

@@ -413,7 +413,19 @@ void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t o
 
 // ---- pipelines -------------------------------------------------------------------------------------
 
+std::shared_ptr<Pipeline> Device::pipeline(const PipelineDesc& d) {
+  std::string key = d.name + '|' + std::to_string(reinterpret_cast<std::uintptr_t>(d.spirv.data())) + '|' +
+                    std::to_string(d.spirv.size()) + '|' + std::to_string(d.bindings) + '|' +
+                    std::to_string(d.push_constant_bytes) + '|' + std::to_string(d.required_subgroup_size) + '|' +
+                    std::to_string(d.full_subgroups) + '|' + std::to_string(d.shared_bytes);
+  for (auto s : d.spec) key += '|' + std::to_string(s);
+  auto& p = pipelines_[key];
+  if (!p) p = create_pipeline(d);
+  return p;
+}
+
 std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
+  ++pipelines_built_;
   if (d.bindings > kMaxBindingsPerSet) throw std::logic_error("pipeline " + d.name + ": too many bindings");
   if (d.bindings > info_.max_storage_buffers_per_stage)
     throw Error("pipeline " + d.name + " binds " + std::to_string(d.bindings) + " storage buffers; device '" +

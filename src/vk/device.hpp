@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -132,6 +133,11 @@ class Device {
   void download(const Buffer& src, std::span<std::byte> dst, std::size_t offset = 0);
 
   std::unique_ptr<Pipeline> create_pipeline(const PipelineDesc& desc);
+  /// The pipeline of `desc`, built on first use and kept for the device's life: one per shader and
+  /// specialization, shared by every caller (a pipeline holds no per-dispatch state).
+  std::shared_ptr<Pipeline> pipeline(const PipelineDesc& desc);
+  /// Pipelines built on this device so far.
+  std::size_t pipelines_built() const { return pipelines_built_; }
 
   /// Records with `body`, submits, waits. With `timed`, returns the intervals between marks measured
   /// with GPU timestamp queries (the first interval starts at the beginning of the submission).
@@ -167,6 +173,8 @@ class Device {
   vk::raii::QueryPool query_pool_ = nullptr;
   std::uint32_t queue_family_ = 0;
   std::uint32_t descriptor_sets_used_ = 0;
+  std::map<std::string, std::shared_ptr<Pipeline>> pipelines_;  // after device_: destroyed before it
+  std::size_t pipelines_built_ = 0;
   std::uint32_t timestamps_used_ = 0;
   bool timing_ = false;
   bool pipeline_stats_ = false;
