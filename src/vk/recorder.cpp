@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// The Vulkan wrapper's command recording (dispatches, barriers, timestamps) and submission.
+#include "vk/device.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "gdn/error.hpp"
+#include "vk/limits.hpp"
+
+namespace gdn::gpu {
+
+// ---- recording and submission ---------------------------------------------------------------------
+
+void Recorder::barrier() {
+  vk::MemoryBarrier mb{.srcAccessMask = vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
+                       .dstAccessMask = vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite |
+                                        vk::AccessFlagBits::eTransferRead | vk::AccessFlagBits::eTransferWrite};
+  cmd_.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
+                       vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
+}
+
+void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push,
+                        std::size_t push_bytes, std::uint64_t groups) {
+  // The pipeline's interface, checked against what is passed (the C++ and GLSL sides are written twice).
+  if (views.size() != p.bindings)
+    throw std::logic_error("dispatch " + p.name + ": " + std::to_string(views.size()) + " buffers for " +
+                           std::to_string(p.bindings) + " bindings");
+  if (push_bytes != p.push_constant_bytes)
+    throw std::logic_error("dispatch " + p.name + ": " + std::to_string(push_bytes) + " push-constant bytes for " +
+                           std::to_string(p.push_constant_bytes));
+  if (groups == 0) return;
+  const auto& info = dev_.info_;
+  const std::uint64_t gx = std::min<std::uint64_t>(groups, info.max_workgroup_count[0]);
+  const std::uint64_t gy = (groups + gx - 1) / gx;
+  if (gy > info.max_workgroup_count[1])
+    throw Error("dispatch " + p.name + " needs " + std::to_string(groups) + " workgroups, over the device's " +
+                std::to_string(info.max_workgroup_count[0]) + " x " + std::to_string(info.max_workgroup_count[1]));
+
+  vk::DescriptorSetLayout layout = *p.set_layout;
+  auto sets = dev_.device_.allocateDescriptorSets({.descriptorPool = *dev_.descriptor_pool_, .descriptorSetCount = 1,
+                                                   .pSetLayouts = &layout});
+  std::vector<vk::DescriptorBufferInfo> infos;
+  infos.reserve(views.size());
+  for (const auto& v : views) {
+    const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
+    infos.push_back({.buffer = *v.buffer->buffer, .offset = v.offset, .range = range});
+  }
+  std::vector<vk::WriteDescriptorSet> writes(infos.size());
+  for (std::uint32_t i = 0; i < infos.size(); ++i)
+    writes[i] = {.dstSet = *sets.front(), .dstBinding = i, .descriptorCount = 1,
+                 .descriptorType = vk::DescriptorType::eStorageBuffer, .pBufferInfo = &infos[i]};
+  dev_.device_.updateDescriptorSets(writes, {});
+  cmd_.bindPipeline(vk::PipelineBindPoint::eCompute, *p.pipeline);
+  cmd_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *p.layout, 0, *sets.front(), {});
+  if (push_bytes)
+    cmd_.pushConstants<std::byte>(*p.layout, vk::ShaderStageFlagBits::eCompute, 0,
+                                  std::span(static_cast<const std::byte*>(push), push_bytes));
+  cmd_.dispatch(std::uint32_t(gx), std::uint32_t(gy), 1);
+  sets_.push_back(std::move(sets.front()));  // freed once the run has finished
+  barrier();
+}
+
+void Recorder::fill(const Buffer& b, std::uint32_t word) {
+  cmd_.fillBuffer(*b.buffer, 0, VK_WHOLE_SIZE, word);
+  barrier();
+}
+
+void Recorder::mark(std::string label) {
+  if (!dev_.timing_) return;
+  if (dev_.timestamps_used_ >= kMaxTimestamps) throw std::logic_error("too many timestamp marks in one run");
+  cmd_.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *dev_.query_pool_, dev_.timestamps_used_++);
+  labels_.push_back(std::move(label));
+}
+
+std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
+  if (timed && !*query_pool_) throw Error("device '" + info_.name + "' has no timestamp queries on its compute queue");
+  Recorder rec(*this, cmd_);
+  std::vector<Interval> out;
+  try {
+    cmd_.reset();
+    cmd_.begin({.flags = vk::CommandBufferUsageFlagBits::eOneTimeSubmit});
+    timing_ = timed;
+    timestamps_used_ = 0;
+    if (timed) {
+      cmd_.resetQueryPool(*query_pool_, 0, kMaxTimestamps);
+      cmd_.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, *query_pool_, timestamps_used_++);
+    }
+    body(rec);
+    cmd_.end();
+    vk::CommandBuffer raw = *cmd_;
+    queue_.submit(vk::SubmitInfo{.commandBufferCount = 1, .pCommandBuffers = &raw}, *fence_);
+    if (device_.waitForFences(*fence_, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
+      throw Error("GPU work did not finish");
+    device_.resetFences(*fence_);
+    if (timed && timestamps_used_ > 1) {
+      const auto [result, ts] = query_pool_.getResults<std::uint64_t>(
+          0, timestamps_used_, std::size_t(timestamps_used_) * 8, 8,
+          vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
+      if (result != vk::Result::eSuccess) throw Error("timestamp queries did not return");
+      for (std::size_t i = 1; i < ts.size(); ++i)
+        out.push_back({rec.labels_[i - 1], double(ts[i] - ts[i - 1]) * info_.timestamp_period_ns * 1e-6});
+    }
+  } catch (const vk::SystemError& e) {
+    timing_ = false;
+    throw Error(std::string("GPU submission failed: ") + e.what());
+  } catch (...) {
+    timing_ = false;
+    throw;
+  }
+  timing_ = false;
+  return out;
+}
+
+}  // namespace gdn::gpu
