@@ -351,13 +351,14 @@ struct LayerImpl {
     const std::vector<float> v = t.download();
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (std::isfinite(v[i])) continue;
-      std::string idx;
-      std::size_t rest = i;
-      for (std::size_t k = t.shape().size(); k-- > 0;) {
-        idx = std::to_string(rest % std::size_t(t.shape()[k])) + (idx.empty() ? "" : ", ") + idx;
-        rest /= std::size_t(t.shape()[k]);
+      std::vector<std::int64_t> idx(t.shape().size());
+      std::int64_t rest = std::int64_t(i);
+      for (std::size_t k = idx.size(); k-- > 0;) {
+        idx[k] = rest % t.shape()[k];
+        rest /= t.shape()[k];
       }
-      return t.name() + " element " + std::to_string(i) + " (index [" + idx + "]) is " + (std::isnan(v[i]) ? "NaN" : "Inf");
+      return t.name() + " element " + std::to_string(i) + " (index " + shape_str(idx) + ") is " +
+             (std::isnan(v[i]) ? "NaN" : "Inf");
     }
     return "";
   }
