@@ -7,12 +7,13 @@
 // accumulators; the dropped a_lo b_lo is 2^-22 relative. The pair holds 22 bits of elements from
 // 2^-13 to 2^15 (lo overflows above), 11 bits from 2^-26 to 2^-14, and none below 2^-26.
 //
-// So the passes never split a tensor at its own magnitude: the recurrence is linear in v (given
-// k, beta and g) and the backward linear in dO, so each pass works on 2^ev V and 2^ec dO, with ev
-// and ec per (window, v-head) bringing the largest |v| and a bound on the largest |dO| to [1, 2)
-// (scale_exponent), and divides its results by the same powers of two as it stores them. Both are
-// exact in fp32: the results do not depend on the scale of v or dout at all. The other operands
-// (q^, k^, the decays, T, P) are at most 1 or near it.
+// So the passes never split a tensor at its own magnitude: each operand is brought near 1 by a power
+// of two (scale_exponent) and each product scaled back, exactly in fp32. The recurrence is linear in
+// v (given k, beta and g) and the backward in dO, and a subgroup's 16 state columns evolve apart from
+// the others', so the serial passes keep one exponent per subgroup, chosen again each chunk
+// (chunk_exponent, chunk_mma.glsl) from the largest |v| or |dO| and |S| or |dS|; q^, k^ and P are
+// staged with per-chunk exponents (chunk_prep_fwd); the pair pass and chunk_factors take each head's
+// smallest exponents (vscale, dscale). The decays, T and beta are at most 1 or near it.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
