@@ -60,8 +60,8 @@ struct ForwardState {
   // With a tape, what the matrix units' backward takes its dT and dbeta from: X = V - diag(gamma) K S0
   // per chunk ([B, T, nv*D], chunk_fwd_mma) and G = K K^T ([B, nk, chunks, CH, CH], chunk_prep_fwd).
   std::unique_ptr<gpu::Buffer> x, gm;
-  // The matrix units' power-of-two exponents (shaders/matrix/mma.glsl): each head's bound on U, X and the
-  // states ([B, nv]), and per chunk the q^, k^ one ([B, nk, chunks]) and the P one ([B, nv, chunks]).
+  // The matrix units' power-of-two exponents (shaders/matrix/mma.glsl): each head's for U and X and for
+  // the states ([2][B, nv]), and per chunk the q^, k^ one ([B, nk, chunks]) and the P one ([B, nv, chunks]).
   std::unique_ptr<gpu::Buffer> vscale, eqk, ep;
 
   /// Every buffer slot (empty ones too), in one place for bytes() and Tape::buffers().
@@ -97,7 +97,7 @@ struct BackwardState {
   std::unique_ptr<gpu::Buffer> du;   // [B, T, nv*D] grad of the chunks' u rows (matrix units: Yv = T^T dU)
   std::unique_ptr<gpu::Buffer> pdots;  // matrix units: [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
   std::unique_ptr<gpu::Buffer> fac;    // matrix units: [B, nv, nch][kChunkFactors][2][16][16] fp16 factors (shaders/matrix/chunk_factors.glsl)
-  std::unique_ptr<gpu::Buffer> dscale; // matrix units: [B, nv] the exponent of each head's dO scale (mma.glsl)
+  std::unique_ptr<gpu::Buffer> dscale; // matrix units: [3][B, nv] each head's exponents of dO, dS and Yv (mma.glsl)
   std::unique_ptr<gpu::Buffer> mdiag;  // matrix units: [B, nv, nch][16] M's diagonal (shaders/matrix/chunk_factors.comp)
   std::unique_ptr<gpu::Buffer> dsc;  // [B, nv, state_slots, D, D] grad of each chunk's (matrix units: pair's) end state
   std::unique_ptr<gpu::Buffer> lgc;  // [2][B, T, nv] cumulative log gates within each chunk (hi, lo)
@@ -243,7 +243,7 @@ struct LayerImpl {
       f.tm = buffer("T per chunk", BT * nv * ch);
       f.pm = buffer("P per chunk", BT * nv * ch);
       f.lgc = buffer("cumulative log gates", 2 * BT * nv);  // hi, lo (shaders/chunked/chunk.glsl)
-      f.vscale = buffer("v scale exponents", std::size_t(B) * nv);
+      f.vscale = buffer("U and state scale exponents", 2 * std::size_t(B) * nv);
       f.eqk = buffer("q, k scale exponents", std::size_t(B) * nk * nseg(T));
       f.ep = buffer("P scale exponents", std::size_t(B) * nv * nseg(T));
     } else if (cfg.variant != Variant::PerHead) {
@@ -278,7 +278,7 @@ struct LayerImpl {
       if (chunked.chunk_dstate_mma) {
         bwd.pdots = buffer("pair dots per chunk", chunks * 2 * 16 * 16);
         bwd.fac = buffer("pair pass factors per chunk", chunks * kChunkFactors * 2 * 16 * 16 / 2);
-        bwd.dscale = buffer("dO scale exponents", std::size_t(B) * nv);
+        bwd.dscale = buffer("dO, dS and Yv scale exponents", 3 * std::size_t(B) * nv);
         bwd.mdiag = buffer("M's diagonal per chunk", chunks * 16);
       } else {
         bwd.w = buffer("W, dW per chunk", BT * nv * kD);

@@ -182,10 +182,25 @@ Run run_default(const Config& cfg, const Params& p, const Batch& x, int B, int T
       for (auto& v : r) v *= double(s);
       return r;
     };
-    const Errors e{0, rel_l2(g.dqkv, sc(want.dqkv)), rel_l2(g.dz, sc(want.dz)), rel_l2(g.da, sc(want.da)),
+    const std::vector<double> dqkv = sc(want.dqkv);
+    const Errors e{0, rel_l2(g.dqkv, dqkv), rel_l2(g.dz, sc(want.dz)), rel_l2(g.da, sc(want.da)),
                    rel_l2(g.db, sc(want.db))};
-    std::printf("[gdn]   %s, dout x %-8g worst gradient %.3e (dqkv %.2e dz %.2e da %.2e db %.2e)\n", r.ran.c_str(),
-                double(s), e.worst_grad(), e.dqkv, e.dz, e.da, e.db);
+    // dqkv's parts, q, k and v ([.., 2 nk D + nv D] rows), to say where an error comes from
+    const std::size_t C = std::size_t(cfg.channels()), kd = std::size_t(cfg.nk) * 128;
+    double part[3];
+    for (int w = 0; w < 3; ++w) {
+      const std::size_t c0 = w * kd, c1 = w < 2 ? c0 + kd : C;
+      std::vector<float> got;
+      std::vector<double> ref;
+      for (std::size_t i = 0; i < g.dqkv.size(); ++i)
+        if (i % C >= c0 && i % C < c1) {
+          got.push_back(g.dqkv[i]);
+          ref.push_back(dqkv[i]);
+        }
+      part[w] = rel_l2(got, ref);
+    }
+    std::printf("[gdn]   %s, dout x %-8g worst gradient %.3e (dq %.2e dk %.2e dv %.2e dz %.2e da %.2e db %.2e)\n",
+                r.ran.c_str(), double(s), e.worst_grad(), part[0], part[1], part[2], e.dz, e.da, e.db);
     EXPECT_LE(e.worst_grad(), kModelTolerance) << "dout x " << s;
     EXPECT_FALSE(std::isnan(e.worst_grad())) << "dout x " << s << ": a non-finite gradient";
     r.err.dqkv = std::max(r.err.dqkv, e.dqkv);

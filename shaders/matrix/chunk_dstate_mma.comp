@@ -24,11 +24,13 @@
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
 // step's two barriers.
 // Precision: fp32 operands as fp16 pairs, mma.glsl. As in chunk_fwd_mma, each subgroup keeps its own
-// scale for its 16 columns: it works on 2^es dO (so on 2^es dU, Yv and dS), es chosen again at every
-// chunk from the largest |dO| of its rows and |dS| of its state (chunk_exponent), and on 2^ev U and
-// X (the forward's
-// exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps the
-// smallest es of the head, ec: 2^ec bounds dO, Yv and dS for the later passes' products.
+// scales for its 16 columns, chosen again at every chunk, one per quantity whose magnitude goes its
+// own way (dS is about |q^| |dO|, dU and Yv |q^| |k^| |dO|, and q^, k^ are small where qkv is):
+// 2^eo dO, eo from the chunk's largest |dO|; 2^ed dS, ed from the state's exact largest value
+// (chunk_exponent: the state is rescaled, exactly, when ed moves); 2^eu dU and Yv, eu from the
+// larger of the bounds of dU's two terms (P's and K~'s exponents); and 2^ev U and X (the forward's
+// exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps each
+// head's smallest eo, ed and eu, the scales the later passes' products take dO, dS and Yv at.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -56,8 +58,8 @@ layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, 
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
 layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
-layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
-layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [B, nv] ec
+layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] eu, es (chunk_fwd_mma): ev = eu
+layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [3][B, nv] eo, ed, eu
 layout(set = 0, binding = 19) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 
@@ -70,8 +72,8 @@ layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv
 // chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
 // in that tile (the step left U dO^T's in the dO tile). The lane's X rows (xr) of the chunk's rows
 // tile_row(lane, e) come loaded.
-// Yv^T and X come scaled by 2^es and 2^ev: Yv is stored times inv_sc = 2^-es, the share times
-// inv_p = 2^-(ev + es).
+// Yv^T and X come scaled by 2^eu and 2^ev: Yv is stored times inv_sc = 2^-eu, the share times
+// inv_p = 2^-(ev + eu).
 void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint col0, float inv_sc, float inv_p) {
   const F32M y = (F32M(yh) + F32M(yl) * (1.0 / LO)) * inv_sc;  // (to 2^-22: the split's accuracy)
   if (k.L == CH) {
@@ -123,12 +125,12 @@ void main() {
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   const int ev = int(vscale[bh]);
-  const float sv = ldexp(1.0, ev);
-  int es = 0, ec = 60;  // the subgroup's exponent now, and its smallest over the window
-  float dsmax = 0.0;    // the largest |dS| of its columns (the true value)
-  float inv_sc = 1.0;   // 2^-es
+  const float sv = pow2(ev);
+  int ed = 0, eu = 0;  // the exponents of dS (carried from chunk to chunk) and of the last chunk's dU, Yv
+  int eo_min = 999, ed_min = 999, eu_min = 999;  // the smallest over the window (of chunks with nonzero values)
+  float dsmax = 0.0;   // the largest |dS| of its columns (the true value)
 
-  F32M dst[8];  // 2^es dS^T: [column][row 16 rt ..]
+  F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
 
   // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
@@ -143,13 +145,13 @@ void main() {
     FETCH_TILE(z4, k0, lane, col0, z_next)
     FETCH_TILE(dout4, k0, lane, col0, g_next)
   }
-  F16M yth, ytl;  // Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
+  F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
   vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
     if (cc > 0u)  // the chunk before
-      yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));
+      yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -163,6 +165,7 @@ void main() {
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
+    int eo;
     {
       vec4 dO[2];
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -174,17 +177,25 @@ void main() {
           dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
         }
       }
-      // the chunk's scale
-      const int en = chunk_exponent(max(subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1])))), dsmax), es);
-      if (en != es) {
-        const float r = ldexp(1.0, en - es);
-        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * r;
-        es = en;
-        inv_sc = ldexp(1.0, -es);
+      // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
+      const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+      eo = scale_exponent(omax);
+      if (omax > 0.0) eo_min = min(eo_min, eo);
+      if (dsmax > 0.0) {
+        const int en = chunk_exponent(dsmax, ed);
+        if (en != ed) {
+          const float r = pow2(en - ed);
+          [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * r;
+          ed = en;
+        }
+        ed_min = min(ed_min, ed);
+        eu = min(eo + cur.ep, ed + cur.eqk);
+      } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
+        eu = eo + cur.ep;
+        ed = eu - cur.eqk;
       }
-      ec = min(ec, es);
-      const float sc = ldexp(1.0, es);
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, sc * dO[e])
+      if (omax > 0.0 || dsmax > 0.0) eu_min = min(eu_min, eu);
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
       TILE_SYNC()  // the subgroup's dO tile is in
     }
 
@@ -192,22 +203,22 @@ void main() {
     // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is zero).
     if (k.c + 1u < nch && k.c % 2u == 1u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(dst[rt] * inv_sc, dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
 
     // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
-    F32M dOt;  // dO^T
+    F32M dOt;  // 2^eo dO^T
     coopMatLoadNV(dOt, tiles, t_do, 16u, true);
     F16M oh, ol;
     split(dOt, oh, ol);
-    // (2^ep P and 2^eqk K~ staged: dO^T P alone first, brought to 2^eqk, then dS^T K~^T, and the sum back)
-    const float sq = ldexp(1.0, cur.eqk), inv_sq = ldexp(1.0, -cur.eqk);
+    // (2^ep P and 2^eqk K~ staged: dO^T P alone first, at 2^(eo + ep), brought to dS^T K~^T's
+    // 2^(ed + eqk), then the sum to 2^eu)
     F32M du = F32M(0.0), du_lo = F32M(0.0);
     {
       F16M bh_, bl;
       coopMatLoadNV(bh_, ph, 0u, PP, false);
       coopMatLoadNV(bl, pl, 0u, PP, false);
       mma_split_into(du, oh, ol, bh_, bl);
-      du = du * ldexp(1.0, cur.eqk - cur.ep);
+      du = du * pow2(ed + cur.eqk - eo - cur.ep);
     }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
@@ -228,9 +239,9 @@ void main() {
       split(m, ah, al);
       m = F32M(0.0);
       mma_split_into(m, ah, al, oh, ol);
-      coopMatStoreNV(m * (inv_sc * ldexp(1.0, -ev)), tiles, t_do, 16u, false);
+      coopMatStoreNV(m * pow2(-(eo + ev)), tiles, t_do, 16u, false);
     }
-    du = unsplit(du, du_lo) * inv_sq;
+    du = unsplit(du, du_lo) * pow2(eu - ed - cur.eqk);
 
     FETCH_TILE(x4, k, lane, col0, xr)
     xr[0] *= sv;
@@ -254,24 +265,34 @@ void main() {
       split(unsplit(yt, y_lo), yth, ytl);
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
-    // loads of the stages)
+    // loads of the stages): the first product at 2^(eo + eqk), the second at 2^(eu + eqk)
     const float gam = exp(cur.lgam.x + cur.lgam.y);
+    const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(ed - eu - cur.eqk);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);
       coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
       coopMatLoadNV(wb, xh, 4u * rt, DP, false);
       coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
-      F32M acc = dst[rt] * (gam * sq), lo = F32M(0.0);
+      F32M acc = dst[rt] * to_o, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
+      acc = acc * o_to_u;
+      lo = lo * o_to_u;
       MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
-      dst[rt] = unsplit(acc, lo) * inv_sq;
+      dst[rt] = unsplit(acc, lo) * from_u;
     }
-    dsmax = state_absmax(dst) * inv_sc;
+    dsmax = state_absmax(dst) * pow2(-ed);
   }
-  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, inv_sc, inv_sc * ldexp(1.0, -ev));  // the last chunk's (chunk 0)
+  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
-  const float ec_head = workgroup_min_after(float(ec), sg, lane);
-  if (tid == 0u) dscale[bh] = ec_head;
+  const float eo_head = workgroup_min_after(float(eo_min), sg, lane);
+  const float ed_head = workgroup_min_after(float(ed_min), sg, lane);
+  const float eu_head = workgroup_min_after(float(eu_min), sg, lane);
+  if (tid == 0u) {
+    const uint n = pc.nb * pc.nv;
+    dscale[bh] = eo_head < 999.0 ? eo_head : 0.0;
+    dscale[n + bh] = ed_head < 999.0 ? ed_head : 0.0;
+    dscale[2u * n + bh] = eu_head < 999.0 ? eu_head : 0.0;
+  }
 }

@@ -9,9 +9,10 @@
 //   diag(beta gamma),  M^T,  M,  E1 = [beta_i F_im],  E2 = [beta_m F_mi]
 // It also writes each row's dbeta into its record: sum_j F_ij G_ij (G = K K^T, chunk_prep_fwd's
 // tape) plus sum_c X o Yv (the pair dot <Yv_i, x_i>).
-// The factors but diag(beta gamma) leave scaled by 2^(ev + ec), the head's exponents (mma.glsl), as
-// chunk_pair_bwd_mma's products take them. M^T and M leave without their diagonal, which goes to mdiag
-// in fp32: its terms cancel in d(log g) (chunk_pair_bwd_mma adds them to dq^ and dk^ only), and with
+// The factors but diag(beta gamma) leave scaled by powers of two of the head's exponents (mma.glsl),
+// as chunk_pair_bwd_mma's products take them: M^T and M by 2^(ev + eo) (M is <dO, u>), E1 and E2 by
+// 2^(ev + eu) (F is <Yv, x> times T). M^T and M leave without their diagonal, which goes to mdiag
+// in fp32 (its true value): its terms cancel in d(log g) (chunk_pair_bwd_mma adds them to dq^ and dk^ only), and with
 // no decay in them they would leave their rounding where a strong decay makes d(log g) tiny.
 // One workgroup of 256 per (window b, v-head h, chunk c); invocation (i, j) = (tid / 16, tid % 16).
 #extension GL_KHR_shader_subgroup_basic : require
@@ -27,9 +28,9 @@ layout(set = 0, binding = 3) readonly buffer Gm { float g_in[]; };       // [B, 
 layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 layout(set = 0, binding = 5) writeonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][NCF][hi, lo][16 m][4] factors
 layout(set = 0, binding = 6) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
-layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
-layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
-layout(set = 0, binding = 9) writeonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] 2^(ev+ec) M_ii
+layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] ev, es (chunk_fwd_mma)
+layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [3][B, nv] eo, ed, eu (chunk_dstate_mma)
+layout(set = 0, binding = 9) writeonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii
 
 #define CHUNK_NO_QKN
 #include "chunk.glsl"
@@ -55,8 +56,9 @@ void main() {
     yx = pdots[at + 256u];
     g = g_in[((b * pc.nk + k.ko) * nch + k.c) * 256u + tid];
   }
-  const int e_s = int(vscale[bh] + dscale[bh]);
-  if (i == j) mdiag[wg * 16u + i] = ldexp(m, e_s);
+  const uint nbv = pc.nb * pc.nv;
+  const int e_m = int(vscale[bh] + dscale[bh]), e_f = int(vscale[bh] + dscale[2u * nbv + bh]);
+  if (i == j) mdiag[wg * 16u + i] = m;
   const float z = be_j * yx;
   ms[tid] = m;
   zs[tid] = z;
@@ -94,7 +96,8 @@ void main() {
       else if (c == CF_E1) x[l] = bet[col] * fs[col * 16u + r];
       else x[l] = bet[r] * fs[r * 16u + col];
     }
-    if (c != CF_BG) x = ldexp(x, ivec4(e_s));
+    if (c == CF_MT || c == CF_M) x *= pow2(e_m);
+    else if (c != CF_BG) x *= pow2(e_f);
     const uint at = factor_at(wg, c, r) + q;
     PUT_SPLIT4_TO(fac[at], fac[at + 64u], x)  // hi, lo: 64 uvec2s apart (chunk_factors.glsl)
   }

@@ -16,10 +16,11 @@
 // and dbeta are products with X).
 // Precision: fp32 operands as fp16 pairs, mma.glsl. A subgroup's 16 state columns evolve apart from
 // the others' (the delta rule is separable along the value dims), so each subgroup keeps its own
-// scale: it works on 2^es V (so on 2^es U, X, S and O) with es chosen again at every chunk from the
-// largest |v| of its V rows and |S| of its state (chunk_exponent; the state is rescaled, exactly),
-// and stores U, X, O and the states divided by 2^es: the tape holds their true values. vscale keeps
-// the smallest es of the head, ev: 2^ev bounds U, X and S for the backward's products.
+// scales, two of them, since S is about |k^| times V and k^ is small where qkv is: it works on
+// 2^eu V (so on 2^eu U and X), eu from the chunk's largest |v|, and on 2^es S, es from the state's
+// exact largest value (chunk_exponent; the state is rescaled, exactly, when es moves), and stores
+// U, X, O and the states as their true values. vscale keeps each head's smallest eu and es, the
+// scales of U and X and of S in the backward's products.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -45,7 +46,7 @@ layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
 layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
 layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the same, as floats
-layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [B, nv] ev (tape)
+layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [2][B, nv] eu, es (tape)
 layout(set = 0, binding = 15) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 16) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 
@@ -88,8 +89,9 @@ void main() {
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  int es = 0, ev = 60;  // the subgroup's exponent now, and its smallest over the window
-  float smax = 0.0;     // the largest |S| of its columns (the true value)
+  int es = 0;                   // the exponent of the state now
+  int eu_min = 999, es_min = 999;  // the smallest eu and es over the window (of chunks with nonzero values)
+  float smax = 0.0;              // the largest |S| of the subgroup's columns (the true value)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
@@ -111,24 +113,26 @@ void main() {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = next;
     const vec4 v[2] = v_next;
-    {  // the chunk's scale
-      const int en = chunk_exponent(max(subgroup_max32(max(max4(abs(v[0])), max4(abs(v[1])))), smax), es);
+    // the chunk's scales: eu of V, es of the state
+    const float vmax = subgroup_max32(max(max4(abs(v[0])), max4(abs(v[1]))));
+    const int eu = scale_exponent(vmax);
+    if (vmax > 0.0) eu_min = min(eu_min, eu);
+    if (smax > 0.0) {
+      const int en = chunk_exponent(smax, es);
       if (en != es) {
-        const float r = ldexp(1.0, en - es);
+        const float r = pow2(en - es);
         [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = st[rt] * r;
         es = en;
       }
-      ev = min(ev, es);
+      es_min = min(es_min, es);
     }
-    const float sv = ldexp(1.0, es), inv_sv = ldexp(1.0, -es);
-    // the staged operators' scales: 2^eqk K~, Q~, -K^; 2^ep P
-    const float sq = ldexp(1.0, cur.eqk), inv_sq = ldexp(1.0, -cur.eqk);
+    const float inv_su = pow2(-eu);
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, (sv * sq) * v[e])
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
     if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
       const Chunk k1 = chunk_of(b, h, c + 1u);
@@ -140,12 +144,11 @@ void main() {
     // one between them again; chunk 0 starts at zero: not stored).
     if (pc.keep != 0u && c > 0u && c % 2u == 0u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(st[rt] * inv_sv, ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
+        coopMatStoreNV(st[rt] * pow2(-es), ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
 
-    // X^T = V^T - S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major
-    // loads); then U^T = X^T (T diag(beta))^T
-    F32M x, x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
-    coopMatLoadNV(x, tiles, t_u, 16u, true);  // V^T [column][j]
+    // -S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major loads), at
+    // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
+    F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
       split(st[rt], sh, sl);
@@ -159,12 +162,15 @@ void main() {
     F32M u = F32M(0.0);
     {
       F16M xh, xl, bh_, bl;
-      const F32M xs = unsplit(x, x_lo) * inv_sq;
+      F32M vt;
+      coopMatLoadNV(vt, tiles, t_u, 16u, true);  // 2^eu V^T [column][j]
+      const F32M xs = vt + unsplit(x, x_lo) * pow2(eu - es - cur.eqk);
       if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
         if (k.L == CH) {
-          coopMatStoreNV(xs * inv_sv, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
+          coopMatStoreNV(xs * inv_su, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
         } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
-          coopMatStoreNV(xs * inv_sv, tiles, t_u, 16u, true);
+          TILE_SYNC()  // every lane's load of V^T is done
+          coopMatStoreNV(xs * inv_su, tiles, t_u, 16u, true);
           TILE_SYNC()
           STORE_TILE_ROWS(xp4, k, lane, col0, t_u, t_lane)
           TILE_SYNC()  // read before U takes the tile
@@ -183,13 +189,13 @@ void main() {
       coopMatLoadNV(bl, pl, 0u, PP, true);
       F32M op = F32M(0.0);
       mma_split_into(op, uh, ul, bh_, bl);
-      o = unsplit(o, o_lo) * ldexp(1.0, -(es + cur.eqk)) + op * ldexp(1.0, -(es + cur.ep));
+      o = unsplit(o, o_lo) * pow2(-(es + cur.eqk)) + op * pow2(-(eu + cur.ep));
     }
     // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
     // through the V tile with O
     const bool u_tile = pc.keep != 0u && k.L < CH;
-    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u * inv_sv, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
-    if (u_tile) coopMatStoreNV(u * inv_sv, tiles, t_u, 16u, true);
+    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u * inv_su, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
+    if (u_tile) coopMatStoreNV(u * inv_su, tiles, t_u, 16u, true);
     coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
     TILE_SYNC()
     vec4 o8[2];  // the lane's elements of O
@@ -205,16 +211,17 @@ void main() {
 
     const float gam = exp(cur.lgam.x + cur.lgam.y);
 
-    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage)
+    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk)
+    const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(es - eu - cur.eqk);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M bh_, bl;
       coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
       coopMatLoadNV(bl, kl, 4u * rt, DP, false);
-      F32M acc = st[rt] * (gam * sq), lo = F32M(0.0);
+      F32M acc = st[rt] * to_p, lo = F32M(0.0);
       MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
-      st[rt] = unsplit(acc, lo) * inv_sq;
+      st[rt] = unsplit(acc, lo) * from_p;
     }
-    smax = state_absmax(st) * inv_sv;
+    smax = state_absmax(st) * pow2(-es);
 
     // (the next chunk's writes of row_part come after its second barrier, by when the reads of
     // these row sums are done)
@@ -223,6 +230,10 @@ void main() {
   }
   barrier();
   put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
-  const float ev_head = workgroup_min_after(float(ev), sg, lane);
-  if (tid == 0u) vscale[bh] = ev_head;
+  const float eu_head = workgroup_min_after(float(eu_min), sg, lane);
+  const float es_head = workgroup_min_after(float(es_min), sg, lane);
+  if (tid == 0u) {
+    vscale[bh] = eu_head < 999.0 ? eu_head : 0.0;
+    vscale[pc.nb * pc.nv + bh] = es_head < 999.0 ? es_head : 0.0;
+  }
 }

@@ -72,12 +72,14 @@ float subgroup_max32(float x) {
   [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
   return x;
 }
-// The largest |x| over a subgroup's 16 x 16 tiles st[8] (the state).
+// The largest |x| over a subgroup's 16 x 16 tiles st[8] (the state): a tree, not a chain of 64.
 float state_absmax(F32M st[8]) {
-  float m = 0.0;
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-    for (int e = 0; e < st[rt].length(); ++e) m = max(m, abs(st[rt][e]));
-  return subgroup_max32(m);
+  float m[8];
+  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+    m[rt] = 0.0;
+    for (int e = 0; e < st[rt].length(); ++e) m[rt] = max(m[rt], abs(st[rt][e]));
+  }
+  return subgroup_max32(max(max(max(m[0], m[1]), max(m[2], m[3])), max(max(m[4], m[5]), max(m[6], m[7]))));
 }
 // The exponent a subgroup's scale takes for a chunk whose largest magnitude is m, from es: es itself
 // while m 2^es is in [1/4, 2) (the state is rescaled less often), else scale_exponent(m).

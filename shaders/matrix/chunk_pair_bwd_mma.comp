@@ -45,10 +45,11 @@
 // before it) and one before the rows' sums.
 //
 // Scales (mma.glsl): the states, u, dO and Yv come as their true values and are staged as
-// 2^ev S0, 2^ec dSe, 2^ev U~, 2^ec dO~, 2^ec Yv (the exponents of chunk_fwd_mma and
-// chunk_dstate_mma, which chunk_factors' factors carry too), so every product of the pass comes out
-// 2^(ev + ec) times its value, and the records are stored divided by it. q^ and k^ are staged 2^eqk
-// times theirs (the chunk's exponent, chunk_prep_fwd), and each product with them scaled back.
+// 2^es S0, 2^ed dSe, 2^ev U~, 2^eo dO~, 2^eu Yv (the head's exponents of chunk_fwd_mma and
+// chunk_dstate_mma; chunk_factors' factors carry 2^(ev + eo) and 2^(ev + eu)), q^ and k^ as 2^eqk
+// times theirs (the chunk's exponent, chunk_prep_fwd). Each product comes out at the sum of its
+// operands' exponents; a sum of products of different scales is made in one accumulator rescaled
+// (exactly) to each product's scale before it, and the records are stored as true values.
 //
 // Shared memory: one float array, `tiles`, holds phase 1's stages (46.5 KiB of fp16 pairs, two
 // halves to a float) and then phase 2's fp32 16 x 16 tile per subgroup (16 KiB); with the sums below
@@ -75,8 +76,8 @@ layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    //
 layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
 layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
-layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [B, nv] ev (chunk_fwd_mma)
-layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [B, nv] ec (chunk_dstate_mma)
+layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] ev, es (chunk_fwd_mma)
+layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [3][B, nv] eo, ed, eu (chunk_dstate_mma)
 layout(set = 0, binding = 12) readonly buffer Eqk { float eqkb[]; };      // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 13) readonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii (chunk_factors)
 
@@ -153,18 +154,22 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at,
   return f;
 }
 
-// sv = 2^ev, sc = 2^ec.
-void stage_round(Round f, uint tid, float sv, float sc) {
+// The stages' scales: 2^es S0, 2^ed dSe, 2^ev U~, 2^eo dO~, 2^eu Yv.
+struct Scales {
+  float s, d, v, o, u;
+};
+void stage_round(Round f, uint tid, Scales sc) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 16u * e) * SDR + tid % 32u;
-    put_split4(at, SLO, sv * f.s0[e]);
-    put_split4(RC * SDR + at, SLO, sc * f.ds[e]);
+    put_split4(at, SLO, sc.s * f.s0[e]);
+    put_split4(RC * SDR + at, SLO, sc.d * f.ds[e]);
     const uint o = tid + 512u * e, slot = o / 128u;  // (operand, its chunk's row, uvec2 o % 8)
     if (o < NOP * 128u) {
       const uint row = 16u * (slot / 3u) + (o / 8u) % 16u;
       const uint which = slot % 3u;
       const float rs = which == OP_DO ? sc_do[row] : which == OP_U ? sc_u[row] : 1.0;  // dO~, U~, Yv
-      put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, rs * ((which == OP_U ? sv : sc) * f.op[e]));
+      const float es = which == OP_DO ? sc.o : which == OP_U ? sc.v : sc.u;
+      put_split4(OPB + (o / 8u) * OPR + o % 8u, OLO, rs * (es * f.op[e]));
     }
   }
 }
@@ -241,8 +246,10 @@ void main() {
   // (0 where there is no such state: in range, should a compiler load before it selects.)
   const uint s0_at = has_s0 ? (bh * slots + p - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + p) * D * D : 0u;
 
-  const int ev = int(vscale[bh]), ec = int(dscale[bh]);
-  const float sv = ldexp(1.0, ev), sc = ldexp(1.0, ec), unscale = ldexp(1.0, -(ev + ec));
+  const uint nbv = pc.nb * pc.nv;
+  const int ev = int(vscale[bh]), es = int(vscale[nbv + bh]);
+  const int eo = int(dscale[bh]), ed = int(dscale[nbv + bh]), eu = int(dscale[2u * nbv + bh]);
+  const Scales scales = Scales(pow2(es), pow2(ed), pow2(ev), pow2(eo), pow2(eu));
 
   Round ring[DEPTH];
   [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
@@ -267,8 +274,9 @@ void main() {
   barrier();
   const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 0.0;
   // 2^eqk of chunks a and b
-  const float sq_a = ldexp(1.0, int(eqkb[(b * pc.nk + ka.ko) * nch + ka.c]));
-  const float sq_b = has_b ? ldexp(1.0, int(eqkb[(b * pc.nk + kb.ko) * nch + kb.c])) : 1.0;
+  const int eqk_a = int(eqkb[(b * pc.nk + ka.ko) * nch + ka.c]);
+  const int eqk_b = has_b ? int(eqkb[(b * pc.nk + kb.ko) * nch + kb.c]) : 0;
+  const float sq_a = pow2(eqk_a), sq_b = pow2(eqk_b);
 
   // Subgroup sg makes chunk ab's products (0: a, 1: b) at key dims r = 16 q ..
   const uint ab = sg / 8u, q = sg % 8u;
@@ -286,13 +294,13 @@ void main() {
 
   // The chunk's X1g^T, Y^T, X2g^T: [r][i]
   F32M x1 = F32M(0.0), w = F32M(0.0), x2 = F32M(0.0);
-  float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b)
+  float sdot_part = 0.0;  // this invocation's share of <dSm, S0> (chunk a) or <dSe, Sm> (chunk b), at 2^(ed + es)
   const uint ops = 3u * ab;  // the chunk's operand slots
   // The loop is unrolled so that the ring's slots are fixed.
   [[unroll]] for (uint n = 0u; n < D / RC; ++n) {
     const Round cur = ring[n % DEPTH];
     barrier();  // the previous round's readers of the stage are done
-    stage_round(cur, tid, sv, sc);
+    stage_round(cur, tid, scales);
     if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
     barrier();
     [[unroll]] for (uint j = 0u; j < RC / 16u; ++j) {  // the round's 16-column blocks
@@ -303,19 +311,20 @@ void main() {
       LOAD_STATE_T(ah, al, (1u - ab) * RC + 16u * j, 4u * q)
       const F32M edge = F32M(eh) + F32M(el) * (1.0 / LO), other = F32M(ah) + F32M(al) * (1.0 / LO);
       F32M made;
-      if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q_b^T dO~_b - K_b^T diag(beta gamma) Yv_b
-        made = other * (gam_b * sq_b);
+      if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q_b^T dO~_b - K_b^T diag(beta gamma) Yv_b, at 2^ed
+        made = other * (gam_b * pow2(eo + eqk_b - ed));
         LOAD_OP(bh_, bl, 3u + OP_DO, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
+        made = made * pow2(eu - eo);
         LOAD_OP(bh_, bl, 3u + OP_YV, j, false)
         mma_split_into(made, c2h, c2l, bh_, bl);
-        made = made * (1.0 / sq_b);
+        made = made * pow2(ed - eu - eqk_b);
         sdot_part += dot_tiles(made, edge);
-      } else {  // Sm^T = Gamma_a S0^T + K_a^T U~_a
-        made = other * (gam_a * sq_a);
+      } else {  // Sm^T = Gamma_a S0^T + K_a^T U~_a, at 2^es
+        made = other * (gam_a * pow2(ev + eqk_a - es));
         LOAD_OP(bh_, bl, OP_U, j, false)
         mma_split_into(made, c1h, c1l, bh_, bl);
-        made = made * (1.0 / sq_a);
+        made = made * pow2(es - ev - eqk_a);
         sdot_part += dot_tiles(edge, made);
       }
       // S^T on the left: S0^T (a) or Sm^T (b); dS^T: dSm^T (a) or dSe^T (b)
@@ -345,7 +354,7 @@ void main() {
   vec4 xk[2], xq[2];  // its operand tiles
   fetch_operand(k, lane, col0, QK_K, xk);
   fetch_operand(k, lane, col0, QK_Q, xq);
-  sdot_part = subgroupAdd(sdot_part);
+  sdot_part = subgroupAdd(sdot_part) * pow2(-(ed + es));
   if (subgroupElect()) red[sg] = sdot_part;
   // K^T in fp32 (for the element-wise products) and split, and -Y^T split: the left operands of the
   // products below.
@@ -355,7 +364,8 @@ void main() {
   PUT_LANE_TILE(t_at, lane, xk)
   TILE_SYNC()
   coopMatLoadNV(kt, tiles, t_at, 16u, true);
-  const float sq = ab == 0u ? sq_a : sq_b, inv_sq = 1.0 / sq;  // the chunk's 2^eqk: each product's left operand
+  const int eqk = ab == 0u ? eqk_a : eqk_b;  // the chunk's: each product's left operand is 2^eqk times its own
+  const float sq = pow2(eqk);
   split(kt * sq, kth, ktl);
   split(w * -sq, wth, wtl);
   TILE_SYNC()  // every lane's loads of the tile are done
@@ -377,23 +387,28 @@ void main() {
     F32M md;
     coopMatLoadNV(md, tiles, t_at, 16u, false);
     TILE_SYNC()
-    extra = dot_tiles(kt, x2);
-    F32M dm = x2 * sq;  // X2g^T, as the products below come
+    extra = dot_tiles(kt, x2) * pow2(-(ed + ev));
+    // (X1g^T is at 2^(es + eo), X2g^T at 2^(ed + ev), Y^T at 2^(es + eu); the products with M at
+    // 2^(eqk + ev + eo), with E1, E2 at 2^(eqk + ev + eu), with diag(beta gamma) at 2^(eqk + es + eu))
+    const int s_m = eqk + ev + eo, s_f = eqk + ev + eu, s_w = eqk + es + eu;
+    F32M dm = x2 * pow2(s_m - (ed + ev));  // X2g^T
     mma_split_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
+    dm = dm * pow2(s_f - s_m);
     mma_split_into(dm, kth, ktl, fh[CF_E2], fl[CF_E2]);
-    F32M dk = dm;
+    F32M dk = dm * pow2(s_w - s_f);
     mma_split_into(dk, wth, wtl, fh[CF_BG], fl[CF_BG]);
+    dk = dk * pow2(s_f - s_w);
     mma_split_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
-    dk = dk * inv_sq;
-    dm = dm * inv_sq;
+    dk = dk * pow2(-s_f);
+    dm = dm * pow2(-s_f);
     // (dM and dK without M's diagonal so far: its terms cancel in dlg, and go to the records only)
-    store_rows((dk + times(qt, md)) * unscale, k, t_at, lane, D + col0);
+    store_rows(dk + times(qt, md), k, t_at, lane, D + col0);
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
-    F32M dq = x1 * sq;  // X1g^T
+    F32M dq = x1 * pow2(s_m - (es + eo));  // X1g^T
     mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
-    dq = dq * inv_sq;
-    store_rows((dq + times(kt, md)) * unscale, k, t_at, lane, col0);
+    dq = dq * pow2(-s_m);
+    store_rows(dq + times(kt, md), k, t_at, lane, col0);
     asum = asum + times(qt, dq);
     row_share(asum, t_at, lane, sg);
   }
@@ -413,6 +428,6 @@ void main() {
         [[unroll]] for (uint s = 0u; s < 8u; ++s) a += (ab == 0u ? gam_a : gam_b) * red[8u * ab + s] + extra_p[8u * ab + s];
     }
     const float dlogg = subgroupInclusiveAdd(a);
-    if (lane < 16u && i < k.L) rec[head_row(k, i) * RW + 2u * D] = unscale * dlogg;
+    if (lane < 16u && i < k.L) rec[head_row(k, i) * RW + 2u * D] = dlogg;
   }
 }

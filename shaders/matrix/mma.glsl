@@ -10,10 +10,14 @@
 // So the passes never split a tensor at its own magnitude: each operand is brought near 1 by a power
 // of two (scale_exponent) and each product scaled back, exactly in fp32. The recurrence is linear in
 // v (given k, beta and g) and the backward in dO, and a subgroup's 16 state columns evolve apart from
-// the others', so the serial passes keep one exponent per subgroup, chosen again each chunk
-// (chunk_exponent, chunk_mma.glsl) from the largest |v| or |dO| and |S| or |dS|; q^, k^ and P are
-// staged with per-chunk exponents (chunk_prep_fwd); the pair pass and chunk_factors take each head's
-// smallest exponents (vscale, dscale). The decays, T and beta are at most 1 or near it.
+// the others', so the serial passes keep exponents per subgroup, chosen again each chunk, one per
+// quantity whose magnitude goes its own way: V and U; the state S (|k^| |V|, and k^ is small where
+// qkv is); dO; dS (|q^| |dO|); dU and Yv (|q^| |k^| |dO|). q^, k^ and P are staged with per-chunk
+// exponents (chunk_prep_fwd); the pair pass and chunk_factors take each head's smallest exponent of
+// each quantity (vscale, dscale). A product whose operands carry different exponents goes into an
+// accumulator rescaled to its scale first. The decays, T and beta are at most 1 or near it.
+// Range: every scaled quantity from 2^-60 to 2^60 (scale_exponent's clamp), and within a tile 22 bits
+// down to 2^-13 of its largest element.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -113,11 +117,13 @@ uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
   }
 
 // The exponent e with m 2^e in [1, 2) for the largest magnitude m of a tensor (0 for m = 0, Inf or
-// NaN), within +-60 so that the products of two scales and their inverses stay normal fp32.
+// NaN), within +-60 so that the products of two or three scales and their inverses stay normal fp32.
 int scale_exponent(float m) {
   if (!(m > 0.0) || isinf(m)) return 0;
   int e;
   frexp(m, e);  // m = f 2^e, f in [0.5, 1)
   return clamp(1 - e, -60, 60);
 }
+// 2^e as a normal fp32 (e clamped to its range).
+float pow2(int e) { return ldexp(1.0, clamp(e, -126, 126)); }
 float max4(vec4 x) { return max(max(x.x, x.y), max(x.z, x.w)); }
