@@ -150,7 +150,7 @@ Operators fetch_operators(Chunk k, uint tid) {
 // Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs. Between two
 // workgroup barriers.
 void stage_operators(Operators f, uint tid) {
-  const float sq = ldexp(1.0, f.eqk);
+  const float sq = pow2(f.eqk);
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     const vec4 k = sq * f.k[e], q = sq * f.q[e];
@@ -164,7 +164,7 @@ void stage_operators(Operators f, uint tid) {
 #endif
   }
   if (tid < 64u) {
-    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, ldexp(f.p, ivec4(f.ep)))
+    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p * pow2(f.ep))
 #ifdef DSTATE_STAGE
     PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
 #else

@@ -90,7 +90,7 @@ void main() {
     const float m = subgroup_max32(max(max4(max(abs(qs[0]), abs(qs[1]))), max4(max(abs(ks[0]), abs(ks[1])))));
     if (lane == 0u) part_max[gl_SubgroupID] = m;
     const int e_sub = scale_exponent(m);
-    const float s_sub = ldexp(1.0, e_sub);
+    const float s_sub = pow2(e_sub);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint at = tile_lane(lane) + 128u * e;
       PUT_TILE4(t0k + at, s_sub * ks[e])
@@ -109,7 +109,7 @@ void main() {
     split(x, ah, al);
     mma_split_into(hq, ah, al, kth, ktl);
     subgroupBarrier();  // every lane's loads of the tiles are done
-    const float back = ldexp(1.0, -2 * e_sub);
+    const float back = pow2(-2 * e_sub);
     coopMatStoreNV(g * back, tiles, t0k, 16u, false);
     coopMatStoreNV(hq * back, tiles, t0q, 16u, false);
     barrier();

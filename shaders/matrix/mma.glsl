@@ -118,12 +118,12 @@ uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
 
 // The exponent e with m 2^e in [1, 2) for the largest magnitude m of a tensor (0 for m = 0, Inf or
 // NaN), within +-60 so that the products of two or three scales and their inverses stay normal fp32.
+// From the bits (frexp and ldexp compile to long sequences, on the serial passes' chain).
 int scale_exponent(float m) {
-  if (!(m > 0.0) || isinf(m)) return 0;
-  int e;
-  frexp(m, e);  // m = f 2^e, f in [0.5, 1)
-  return clamp(1 - e, -60, 60);
+  const int eb = int(floatBitsToUint(m) >> 23u) & 0xFF;  // biased exponent (m >= 0)
+  if (!(m > 0.0) || eb == 0xFF) return 0;
+  return clamp(127 - max(eb, 1), -60, 60);
 }
 // 2^e as a normal fp32 (e clamped to its range).
-float pow2(int e) { return ldexp(1.0, clamp(e, -126, 126)); }
+float pow2(int e) { return uintBitsToFloat(uint(clamp(e, -126, 127) + 127) << 23u); }
 float max4(vec4 x) { return max(max(x.x, x.y), max(x.z, x.w)); }
