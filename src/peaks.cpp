@@ -28,13 +28,13 @@ DevicePeaks measure_peaks(Context& ctx, int repeats) {
   const auto src = dev.create_buffer("peak copy source", bytes);
   const auto dst = dev.create_buffer("peak copy destination", bytes);
   struct CopyPush { std::uint32_t n4; } cp{std::uint32_t(bytes / 16)};
-  const auto copy = dev.create_pipeline({.name = "peak_copy", .spirv = spirv::peak_copy, .bindings = 2,
+  const auto copy = dev.create_pipeline({.name = "peak_copy", .spirv = spirv::peak_copy,
                                          .push_constant_bytes = sizeof(CopyPush), .spec = {}});
   // FMA: enough threads to fill any GPU many times over; fewer iterations on a CPU driver.
   const std::uint64_t groups = cpu ? 256 : 16384;
   struct FmaPush { std::uint32_t iters; } fp{cpu ? 256u : 2048u};
   const auto sink = dev.create_buffer("peak fma sink", groups * 256 * sizeof(float));
-  const auto fma = dev.create_pipeline({.name = "peak_fma", .spirv = spirv::peak_fma, .bindings = 1,
+  const auto fma = dev.create_pipeline({.name = "peak_fma", .spirv = spirv::peak_fma,
                                         .push_constant_bytes = sizeof(FmaPush), .spec = {}});
   dev.run([&](gpu::Recorder& r) { r.fill(*src, 0x3f800000u); });  // real numbers, not garbage
 

@@ -57,19 +57,19 @@ struct BufferView {
 struct PipelineDesc {
   std::string name;
   std::span<const std::uint32_t> spirv;
-  std::uint32_t bindings = 0;             // storage buffers at set 0, bindings 0..n-1
-  std::uint32_t push_constant_bytes = 0;
+  std::uint32_t push_constant_bytes = 0;  // the host's block: must be the shader's (bindings and shared
+                                          // memory are read from the SPIR-V: spirv_reflect.hpp)
   std::vector<std::uint32_t> spec;        // specialization constants, constant_id = index
   std::uint32_t required_subgroup_size = 0;  // 0: the driver's choice
   bool full_subgroups = false;            // every subgroup of a workgroup full (needs local_size_x % size == 0)
-  std::uint32_t shared_bytes = 0;         // the shader's shared memory, checked against the device
 };
 
 /// A compute pipeline and what a dispatch must match.
 struct Pipeline {
   std::string name;
-  std::uint32_t bindings = 0;
+  std::uint32_t bindings = 0;             // storage buffers at set 0, bindings 0 .. n-1 (the SPIR-V's)
   std::uint32_t push_constant_bytes = 0;
+  std::uint64_t shared_bytes = 0;         // the SPIR-V's shared memory under the pipeline's constants
   vk::raii::DescriptorSetLayout set_layout = nullptr;
   vk::raii::PipelineLayout layout = nullptr;
   vk::raii::Pipeline pipeline = nullptr;

@@ -8,6 +8,7 @@
 
 #include "gdn/error.hpp"
 #include "vk/limits.hpp"
+#include "vk/spirv_reflect.hpp"
 
 namespace gdn::gpu {
 
@@ -15,9 +16,8 @@ namespace gdn::gpu {
 
 std::shared_ptr<Pipeline> Device::pipeline(const PipelineDesc& d) {
   std::string key = d.name + '|' + std::to_string(reinterpret_cast<std::uintptr_t>(d.spirv.data())) + '|' +
-                    std::to_string(d.spirv.size()) + '|' + std::to_string(d.bindings) + '|' +
-                    std::to_string(d.push_constant_bytes) + '|' + std::to_string(d.required_subgroup_size) + '|' +
-                    std::to_string(d.full_subgroups) + '|' + std::to_string(d.shared_bytes);
+                    std::to_string(d.spirv.size()) + '|' + std::to_string(d.push_constant_bytes) + '|' +
+                    std::to_string(d.required_subgroup_size) + '|' + std::to_string(d.full_subgroups);
   for (auto s : d.spec) key += '|' + std::to_string(s);
   auto& p = pipelines_[key];
   if (!p) p = create_pipeline(d);
@@ -26,26 +26,38 @@ std::shared_ptr<Pipeline> Device::pipeline(const PipelineDesc& d) {
 
 std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
   ++pipelines_built_;
-  if (d.bindings > kMaxBindingsPerSet) throw std::logic_error("pipeline " + d.name + ": too many bindings");
-  if (d.bindings > info_.max_storage_buffers_per_stage)
-    throw Error("pipeline " + d.name + " binds " + std::to_string(d.bindings) + " storage buffers; device '" +
+  // The interface as the SPIR-V declares it under these constants: nothing is mirrored by hand.
+  ShaderInterface iface;
+  try {
+    iface = reflect_shader(d.name, d.spirv, d.spec);
+  } catch (const std::runtime_error& e) {
+    throw std::logic_error(e.what());  // a shader gdn embeds that it cannot read: a build defect
+  }
+  if (iface.push_constant_bytes != d.push_constant_bytes)
+    throw std::logic_error("pipeline " + d.name + ": the shader's push constants are " +
+                           std::to_string(iface.push_constant_bytes) + " bytes, the host's " +
+                           std::to_string(d.push_constant_bytes));
+  if (iface.bindings > kMaxBindingsPerSet) throw std::logic_error("pipeline " + d.name + ": too many bindings");
+  if (iface.bindings > info_.max_storage_buffers_per_stage)
+    throw Error("pipeline " + d.name + " binds " + std::to_string(iface.bindings) + " storage buffers; device '" +
                 info_.name + "' allows " + std::to_string(info_.max_storage_buffers_per_stage) +
                 " per shader stage (maxPerStageDescriptorStorageBuffers)");
-  if (d.shared_bytes > info_.max_shared_memory)
-    throw Error("pipeline " + d.name + " needs " + std::to_string(d.shared_bytes) + " bytes of shared memory; device '" +
+  if (iface.shared_bytes > info_.max_shared_memory)
+    throw Error("pipeline " + d.name + " needs " + std::to_string(iface.shared_bytes) + " bytes of shared memory; device '" +
                 info_.name + "' has " + std::to_string(info_.max_shared_memory) +
                 " (maxComputeSharedMemorySize); a smaller checkpoint interval needs less");
   auto p = std::make_unique<Pipeline>();
   p->name = d.name;
-  p->bindings = d.bindings;
+  p->bindings = iface.bindings;
   p->push_constant_bytes = d.push_constant_bytes;
+  p->shared_bytes = iface.shared_bytes;
   try {
     vk::raii::ShaderModule module(device_, {.codeSize = d.spirv.size_bytes(), .pCode = d.spirv.data()});
-    std::vector<vk::DescriptorSetLayoutBinding> binds(d.bindings);
-    for (std::uint32_t i = 0; i < d.bindings; ++i)
+    std::vector<vk::DescriptorSetLayoutBinding> binds(p->bindings);
+    for (std::uint32_t i = 0; i < p->bindings; ++i)
       binds[i] = {.binding = i, .descriptorType = vk::DescriptorType::eStorageBuffer, .descriptorCount = 1,
                   .stageFlags = vk::ShaderStageFlagBits::eCompute};
-    p->set_layout = vk::raii::DescriptorSetLayout(device_, {.bindingCount = d.bindings, .pBindings = binds.data()});
+    p->set_layout = vk::raii::DescriptorSetLayout(device_, {.bindingCount = p->bindings, .pBindings = binds.data()});
     vk::PushConstantRange range{.stageFlags = vk::ShaderStageFlagBits::eCompute, .offset = 0, .size = d.push_constant_bytes};
     vk::DescriptorSetLayout set = *p->set_layout;
     p->layout = vk::raii::PipelineLayout(device_, {.setLayoutCount = 1, .pSetLayouts = &set,

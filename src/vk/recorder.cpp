@@ -23,8 +23,9 @@ void Recorder::barrier() {
 
 void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push,
                         std::size_t push_bytes, std::uint64_t groups) {
-  // The pipeline's interface, checked against what is passed (the C++ and GLSL sides are written twice).
-  if (views.size() != p.bindings)
+  // The pipeline's interface (the SPIR-V's), checked against what is passed: a buffer for every
+  // binding the shader declares. Bindings past its last are ones the compiler dropped as unused.
+  if (views.size() < p.bindings)
     throw std::logic_error("dispatch " + p.name + ": " + std::to_string(views.size()) + " buffers for " +
                            std::to_string(p.bindings) + " bindings");
   if (push_bytes != p.push_constant_bytes)
@@ -42,8 +43,8 @@ void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, co
   auto sets = dev_.device_.allocateDescriptorSets({.descriptorPool = *dev_.descriptor_pool_, .descriptorSetCount = 1,
                                                    .pSetLayouts = &layout});
   std::vector<vk::DescriptorBufferInfo> infos;
-  infos.reserve(views.size());
-  for (const auto& v : views) {
+  infos.reserve(p.bindings);
+  for (const auto& v : views.first(p.bindings)) {
     const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
     infos.push_back({.buffer = *v.buffer->buffer, .offset = v.offset, .range = range});
   }

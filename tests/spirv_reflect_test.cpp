@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+// The SPIR-V reader that gives the host each shader's bindings, push-constant size and shared memory
+// (src/vk/spirv_reflect.cpp), against sizes known from elsewhere: the NVIDIA driver's own report of
+// the shaders' shared memory (VK_KHR_pipeline_executable_properties on an H200) and the GLSL
+// declarations' arithmetic at two specializations.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "gdn/spirv.hpp"
+#include "vk/spirv_reflect.hpp"
+
+namespace gdn::gpu {
+namespace {
+
+TEST(SpirvReflect, MatchesTheDriversReportOfSharedMemory) {
+  struct Known {
+    const char* name;
+    std::span<const std::uint32_t> code;
+    std::vector<std::uint32_t> spec;
+    std::uint32_t bindings;
+    std::uint64_t shared;
+  };
+  const Known known[] = {
+      {"conv_fwd", spirv::conv_fwd, {4}, 5, 2368},
+      {"chunk_factors", spirv::chunk_factors, {32, 16}, 10, 4288},
+      {"chunk_prep_fwd", spirv::chunk_prep_fwd, {}, 12, 23424},
+      // (the driver reports 46080: it drops chunk.glsl's lg, lgl and bet, 3 x 16 floats these two
+      // passes declare and never use; the declared size is what a device must hold)
+      {"chunk_fwd_mma", spirv::chunk_fwd_mma, {32, 16}, 17, 46080 + 192},
+      {"chunk_dstate_mma", spirv::chunk_dstate_mma, {32, 16}, 21, 46080 + 192},
+      {"chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, {32, 16}, 14, 49024},
+  };
+  for (const auto& k : known) {
+    const ShaderInterface s = reflect_shader(k.name, k.code, k.spec);
+    EXPECT_EQ(s.bindings, k.bindings) << k.name;
+    EXPECT_EQ(s.shared_bytes, k.shared) << k.name;
+    EXPECT_EQ(s.push_constant_bytes, 64u) << k.name;
+  }
+}
+
+// chunk_prep's shared arrays are sized by its chunk length, a specialization constant (constant_id 1):
+// (3 CH + CH^2 + 2 CH CHP + 32 CHP) floats, CHP = CH rounded up to 8.
+TEST(SpirvReflect, EvaluatesSpecializationConstants) {
+  auto expect = [](std::uint64_t ch) {
+    const std::uint64_t chp = (ch + 7) / 8 * 8;
+    return (3 * ch + ch * ch + 2 * ch * chp + 32 * chp) * 4;
+  };
+  for (const std::uint32_t ch : {5u, 16u, 32u})
+    EXPECT_EQ(reflect_shader("chunk_prep", spirv::chunk_prep, std::vector<std::uint32_t>{32, ch}).shared_bytes, expect(ch))
+        << "chunks of " << ch;
+}
+
+TEST(SpirvReflect, RefusesWhatIsNotAModule) {
+  const std::vector<std::uint32_t> garbage{1, 2, 3, 4, 5, 6};
+  EXPECT_THROW(reflect_shader("garbage", garbage), std::runtime_error);
+  std::vector<std::uint32_t> cut(spirv::conv_fwd.begin(), spirv::conv_fwd.begin() + 40);
+  cut.back() = 0xFFFF0000u | (cut.back() & 0xFFFFu);  // an instruction longer than the module
+  EXPECT_THROW(reflect_shader("cut", cut), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace gdn::gpu
