@@ -10,6 +10,7 @@
 // prints what it reached); the bound leaves room for longer windows, not for wrong math: a single
 // wrong element of a few hundred, or an unwritten (NaN-poisoned) one, fails it.
 #include <cstdio>
+#include <fstream>
 
 #include "test_support.hpp"
 
@@ -238,6 +239,41 @@ TEST_F(DeviceTest, PipelinesAreBuiltOncePerContext) {
     third.backward(tape, x.dout);
     EXPECT_EQ(ctx->pipelines_built(), after) << f.name;
   }
+}
+
+// The pipeline cache outlives the process in a file (GDN_PIPELINE_CACHE here): a Context that built
+// pipelines leaves one with this device's header, and a corrupt file is skipped, then replaced.
+TEST_F(DeviceTest, PipelineCacheIsSavedAndAForeignOneSkipped) {
+  const std::string path = ::testing::TempDir() + "gdn-pipeline-cache-test.bin";
+  std::remove(path.c_str());
+  ::setenv("GDN_PIPELINE_CACHE", path.c_str(), 1);
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .variant = Variant::PerHead};
+  const Params p = random_params(cfg, 3);
+  auto header_ok = [&] {
+    std::ifstream f(path, std::ios::binary);
+    std::uint32_t h[4] = {};
+    f.read(reinterpret_cast<char*>(h), sizeof h);
+    return bool(f) && h[0] >= 32 && h[1] == 1;  // length, VK_PIPELINE_CACHE_HEADER_VERSION_ONE
+  };
+  {
+    auto ctx = Context::create();
+    Layer layer(ctx, cfg, p);
+  }
+  EXPECT_TRUE(header_ok()) << "no cache file with a Vulkan header at " << path;
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << std::string(64, '\x5a');
+  }
+  {
+    auto ctx = Context::create();
+    Layer layer(ctx, cfg, p);
+    const Batch x = random_batch(cfg, 1, 5, 4);
+    const Expected want = reference_batch(cfg, p, x, 1, 5);
+    EXPECT_LE(rel_l2(layer.forward(1, 5, {x.qkv, x.z, x.a, x.b}), want.out), 2e-4);
+  }
+  EXPECT_TRUE(header_ok()) << "the corrupt cache file was not replaced";
+  ::unsetenv("GDN_PIPELINE_CACHE");
+  std::remove(path.c_str());
 }
 
 // Tape::recorded() says whether a forward filled the tape, in every family (it tested a buffer the

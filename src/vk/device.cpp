@@ -5,7 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+
+#include <unistd.h>
 #include <sstream>
 
 #include "gdn/error.hpp"
@@ -166,6 +170,57 @@ std::vector<DeviceInfo> Device::enumerate() {
   return out;
 }
 
+namespace {
+
+// The pipeline cache's file between processes: GDN_PIPELINE_CACHE (a path; empty or "0": none), else
+// $XDG_CACHE_HOME/gdn or ~/.cache/gdn, one file per device and driver version.
+std::string cache_path(const vk::PhysicalDeviceProperties& p) {
+  if (const char* e = std::getenv("GDN_PIPELINE_CACHE")) return std::strcmp(e, "0") == 0 ? "" : e;
+  std::filesystem::path dir;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = x;
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache";
+  else return "";
+  char name[96];
+  std::snprintf(name, sizeof name, "pipelines-%04x-%04x-%08x.bin", p.vendorID, p.deviceID, p.driverVersion);
+  return (dir / "gdn" / name).string();
+}
+
+// The file's bytes where its header is a cache of this device (VkPipelineCacheHeaderVersionOne:
+// length, version, vendor, device, pipelineCacheUUID), else none: a stale or foreign file is skipped.
+std::vector<std::uint8_t> read_cache(const std::string& path, const vk::PhysicalDeviceProperties& p) {
+  if (path.empty()) return {};
+  std::ifstream f(path, std::ios::binary);
+  std::vector<std::uint8_t> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (data.size() < 32) return {};
+  std::uint32_t h[4];
+  std::memcpy(h, data.data(), sizeof h);
+  if (h[0] < 32 || h[1] != std::uint32_t(VK_PIPELINE_CACHE_HEADER_VERSION_ONE) || h[2] != p.vendorID ||
+      h[3] != p.deviceID || std::memcmp(data.data() + 16, p.pipelineCacheUUID.data(), VK_UUID_SIZE) != 0)
+    return {};
+  return data;
+}
+
+// Writes the cache whole or not at all (a sibling file renamed over it); failures are ignored: the
+// cache only saves build time.
+void write_cache(const std::string& path, const std::vector<std::uint8_t>& data) {
+  if (path.empty() || data.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());  // (one writer per process)
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+    if (!f) {
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace
+
 Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validation_error) {
   try {
     vk::ApplicationInfo app{.pApplicationName = "gdn", .apiVersion = VK_API_VERSION_1_3};
@@ -274,7 +329,10 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
     descriptor_pool_ = vk::raii::DescriptorPool(
         device_, {.flags = vk::DescriptorPoolCreateFlagBits::eFreeDescriptorSet, .maxSets = kMaxSetsPerRun,
                   .poolSizeCount = 1, .pPoolSizes = &ps});
-    pipeline_cache_ = vk::raii::PipelineCache(device_, vk::PipelineCacheCreateInfo{});
+    cache_path_ = cache_path(physical_.getProperties());
+    const auto initial = read_cache(cache_path_, physical_.getProperties());
+    pipeline_cache_ = vk::raii::PipelineCache(
+        device_, vk::PipelineCacheCreateInfo{.initialDataSize = initial.size(), .pInitialData = initial.data()});
     if (info_.timestamp_period_ns > 0)
       query_pool_ = vk::raii::QueryPool(device_, {.queryType = vk::QueryType::eTimestamp, .queryCount = kMaxTimestamps});
   } catch (const vk::SystemError& e) {
@@ -287,6 +345,11 @@ Device::~Device() {
     if (*device_) device_.waitIdle();  // nothing may be in flight when the handles go
   } catch (...) {
     // a lost device cannot be waited for; the handles are destroyed all the same
+  }
+  try {
+    if (pipelines_built_ > 0 && *pipeline_cache_) write_cache(cache_path_, pipeline_cache_.getData());
+  } catch (...) {
+    // the cache only saves build time
   }
 }
 

@@ -170,6 +170,7 @@ class Device {
   vk::raii::Fence fence_ = nullptr;
   vk::raii::DescriptorPool descriptor_pool_ = nullptr;
   vk::raii::PipelineCache pipeline_cache_ = nullptr;
+  std::string cache_path_;  // where the cache is loaded from and saved to ("" : nowhere)
   vk::raii::QueryPool query_pool_ = nullptr;
   std::uint32_t queue_family_ = 0;
   std::uint32_t descriptor_sets_used_ = 0;
