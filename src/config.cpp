@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gdn/layer.hpp"
-#include "kernels.hpp"
+#include "families/family.hpp"
 
 namespace gdn {
 
@@ -51,26 +51,25 @@ void Config::check() const {
 std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg) {
   cfg.check();
   const DeviceInfo& info = ctx.device();
-  const auto choice = detail::choose_subgroup_size(info);
   std::vector<FamilySupport> out;
+  // One entry per Variant; the chunked one runs on the matrix units where its matrix-unit module
+  // runs (and Config::matrix_units asks for it), else on CUDA cores.
   for (Variant f : {Variant::Chunked, Variant::Subgroup, Variant::PerHead}) {
     FamilySupport s;
     s.variant = f;
-    s.checkpoint_interval = cfg.checkpoint_interval
-                                ? cfg.checkpoint_interval
-                                : (f == Variant::Chunked ? detail::kDefaultChunk : detail::kDefaultInterval);
-    const auto cs = std::uint32_t(s.checkpoint_interval);
-    if (info.max_workgroup_invocations < 256)  // every recurrence kernel runs 256 invocations a workgroup
-      s.why_not = "the device allows " + std::to_string(info.max_workgroup_invocations) +
-                  " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)";
-    else if (f != Variant::PerHead && !choice.size)
-      s.why_not = choice.why_not;
-    else if (f == Variant::Chunked)
-      s.why_not = detail::chunked_why_not(info, choice.size, cs);
-    else if (f == Variant::Subgroup)
-      s.why_not = detail::subgroup_backward_why_not(info, choice.size, cs);
-    s.runs = s.why_not.empty();
-    s.matrix_units = s.runs && f == Variant::Chunked && cfg.matrix_units && detail::chunked_matrix_why_not(info, cs).empty();
+    for (const auto& e : detail::registry()) {
+      if (e.variant != f) continue;
+      const int cs = cfg.checkpoint_interval ? cfg.checkpoint_interval : e.default_interval;
+      const std::string why = e.why_not(info, cfg, cs);
+      if (e.matrix_units) {
+        s.matrix_units = why.empty();
+        continue;
+      }
+      s.checkpoint_interval = cs;
+      s.why_not = why;
+      s.runs = why.empty();
+    }
+    s.matrix_units = s.matrix_units && s.runs;
     out.push_back(std::move(s));
   }
   return out;

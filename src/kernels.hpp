@@ -1,19 +1,25 @@
 // SPDX-License-Identifier: MIT
-// The host side of the shaders' interface: the push-constant block of shaders/common/common.glsl, and the
-// pipelines of the three kernel families with their binding counts and shared memory.
+// What the kernel families share on the host side: the push-constant block of
+// shaders/common/common.glsl, the common kernels (conv, gates) and their recording, pipelines made
+// from embedded SPIR-V, and the subgroup size the column-split and chunked kernels take.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "detail.hpp"
 #include "gdn/layer.hpp"
 #include "vk/device.hpp"
 
 namespace gdn::detail {
 
-/// Mirrors `Push` in shaders/common/common.glsl: same field order, std430 (4-byte words), 64 bytes.
+inline constexpr std::size_t kD = kHeadDim;
+
+/// Mirrors `Push` in shaders/common/common.glsl: same field order, std430 (4-byte words), 64 bytes
+/// (each pipeline checks the size against its SPIR-V).
 struct Push {
   std::uint32_t nb = 0;     // windows (B)
   std::uint32_t t = 0;      // tokens per window (T)
@@ -30,10 +36,27 @@ struct Push {
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
 
+/// The device's pipeline for an embedded shader and specialization (built once per device, shared by
+/// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).
+std::shared_ptr<gpu::Pipeline> make_pipeline(gpu::Device& dev, const char* name, std::span<const std::uint32_t> spirv,
+                                             std::vector<std::uint32_t> spec = {}, std::uint32_t subgroup_size = 0);
+/// The shared memory a shader declares under specialization constants `spec` (bytes).
+std::uint64_t shared_bytes_of(const char* name, std::span<const std::uint32_t> spirv, std::vector<std::uint32_t> spec);
+/// Empty where every shader of `shaders` (name, SPIR-V) fits the device's shared memory under
+/// `spec`, else which one needs how much.
+struct ShaderRef {
+  const char* name;
+  std::span<const std::uint32_t> spirv;
+};
+std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderRef> shaders,
+                           const std::vector<std::uint32_t>& spec, const std::string& hint);
+
 /// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's backward.
 struct CommonKernels {
   std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
 };
+/// The conv kernels are specialised for `conv_taps` taps.
+CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).
 constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
@@ -42,80 +65,20 @@ inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t
   return (B * ((T + tokens - 1) / tokens) * (C / 4) + 63) / 64;
 }
 
-/// The per-head family (shaders/per_head/rec_fwd.comp, rec_bwd.comp, qk_bwd.comp).
-struct PerHeadKernels {
-  std::shared_ptr<gpu::Pipeline> rec_fwd, rec_bwd, qk_bwd;
-};
-
-/// The column-split family (shaders/subgroup/rec_fwd2.comp ... qk_bwd2.comp), for one subgroup size.
-struct SubgroupKernels {
-  std::uint32_t subgroup_size = 0;
-  std::shared_ptr<gpu::Pipeline> rec_fwd2, norm_fwd2, norm_bwd2, qk_bwd2;  // qk_bwd2: null where not built
-  /// rec_bwd2 holds a segment's states in registers: one pipeline per segment length, built on demand.
-  std::map<std::uint32_t, std::shared_ptr<gpu::Pipeline>> rec_bwd2;
-  const gpu::Pipeline& backward_for(gpu::Device& dev, std::uint32_t interval);
-};
-
-/// Words per (token, v-head, column block) record of rec_bwd2's partials: dq^ 128, dk^ 128, dg.
-inline constexpr std::uint32_t kPartialWords = 257;
-/// Column blocks (workgroups) per (window, v-head) of the column-split family.
-inline constexpr std::uint32_t kColumnBlocks = 4;
-
-/// The chunked family (shaders/chunk_*.comp) for one chunk length: its backward, and with the matrix
-/// units its forward (elsewhere the forward is the column-split one).
-struct ChunkedKernels {
-  std::shared_ptr<gpu::Pipeline> chunk_prep, chunk_dstate, chunk_values, chunk_grads, qk_bwd;
-  /// chunk_dstate on the matrix units (chunk_dstate_mma.comp), and chunk_values and
-  /// chunk_grads as one pass per pair of chunks (chunk_pair_bwd_mma.comp); null where they do not run.
-  /// chunk_dstate_mma takes kMatrixDstateBlocks workgroups per (window, v-head), chunk_dstate
-  /// kColumnBlocks. Between them chunk_factors (chunk_factors.comp, one workgroup per chunk) makes the
-  /// pair pass's 16 x 16 right factors.
-  std::shared_ptr<gpu::Pipeline> chunk_dstate_mma, chunk_factors, chunk_pair_bwd_mma;
-  /// The matrix units' chunked forward: chunk_prep_fwd (one workgroup per (window, k-head, chunk),
-  /// for the v-heads that share the k-head), then
-  /// chunk_fwd_mma (one per (window, v-head)); null where the matrix units do not run.
-  std::shared_ptr<gpu::Pipeline> chunk_prep_fwd, chunk_fwd_mma;
-  /// conv_bwd for the matrix units' backward (conv_bwd.comp with DV_FROM_YV): dv = beta Yv made as it
-  /// is read (chunk_dstate_mma writes Yv, no dv); null where the matrix units do not run.
-  std::shared_ptr<gpu::Pipeline> conv_bwd_yv;
-};
-inline constexpr std::uint32_t kMatrixDstateBlocks = 1;
-/// 16 x 16 factors per chunk that chunk_factors makes for the pair pass (NCF in shaders/matrix/chunk_factors.glsl).
-inline constexpr std::uint32_t kChunkFactors = 5;
-/// Checkpoint intervals when the config leaves it at 0: the replay segment of the subgroup and
-/// per-head families, the chunk length of the chunked one.
-inline constexpr int kDefaultInterval = 8;
-inline constexpr int kDefaultChunk = 16;
-/// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows):
-/// the public bound, Config::check's.
-inline constexpr std::uint32_t kMaxChunk = std::uint32_t(gdn::kMaxChunk);
-/// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
-inline constexpr std::uint32_t kChunkRecordWords = 258;
-
-/// The conv kernels are specialised for `conv_taps` taps.
-CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
-PerHeadKernels build_per_head(gpu::Device& dev);
-
-/// The subgroup size the column-split kernels would run with on this device, or an explanation of
-/// why they cannot run there.
+/// The subgroup size the column-split and chunked kernels would run with on this device, or an
+/// explanation of why they cannot run there.
 struct SubgroupChoice {
   std::uint32_t size = 0;  // 0: not available
   std::string why_not;
 };
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info);
-/// The column-split forward (rec_fwd2, norm_fwd2) and the norm's backward (norm_bwd2), which the
-/// chunked family on CUDA cores runs too; `with_backward`: also qk_bwd2 (the chunked family has its own).
-SubgroupKernels build_subgroup(gpu::Device& dev, std::uint32_t subgroup_size, bool with_backward);
-/// Empty where the column-split backward fits the device at checkpoint interval `cs`, else why not.
-std::string subgroup_backward_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t cs);
 
-/// Empty where the chunked backward can run chunks of `chunk` tokens on this device, else why not.
-std::string chunked_why_not(const DeviceInfo& info, std::uint32_t subgroup_size, std::uint32_t chunk);
-/// Empty where the matrix-unit kernels of the chunked family run chunks of `chunk` tokens here, else why not.
-std::string chunked_matrix_why_not(const DeviceInfo& info, std::uint32_t chunk);
-/// With `matrix_units` the matrix-unit kernels (chunked_matrix_why_not must be empty), else the
-/// CUDA-core chunk_prep, chunk_dstate, chunk_values and chunk_grads; the others stay null.
-ChunkedKernels build_chunked(gpu::Device& dev, std::uint32_t subgroup_size, std::uint32_t chunk, bool matrix_units,
-                             std::uint32_t conv_taps);
+/// Checkpoint intervals where the config leaves 0: the replay segment of the subgroup and per-head
+/// families, the chunk length of the chunked ones.
+inline constexpr int kDefaultInterval = 8;
+inline constexpr int kDefaultChunk = 16;
+/// The longest chunk the chunked kernels take (their per-invocation row arrays hold 16 of 32 rows):
+/// the public bound, Config::check's.
+inline constexpr std::uint32_t kMaxChunk = std::uint32_t(gdn::kMaxChunk);
 
 }  // namespace gdn::detail

@@ -13,16 +13,14 @@ Tape::Tape() = default;
 Tape::~Tape() = default;
 Tape::Tape(Tape&&) noexcept = default;
 Tape& Tape::operator=(Tape&&) noexcept = default;
-bool Tape::recorded() const { return state_ && state_->fwd.qkn; }
+bool Tape::recorded() const { return state_ && !state_->fwd.empty(); }
 int Tape::batch() const { return state_ ? state_->fwd.B : 0; }
 int Tape::tokens() const { return state_ ? state_->fwd.T : 0; }
 
 std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   std::vector<std::pair<std::string, std::size_t>> out;
   if (!state_) return out;
-  const auto& f = state_->fwd;
-  for (const auto* b : f.slots())
-    if (*b) out.emplace_back((*b)->name, (*b)->bytes);
+  for (const auto& b : state_->fwd.buffers) out.emplace_back(b->name, b->bytes);
   if (state_->owns_inputs)
     for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b})
       if (!t->empty()) out.emplace_back(t->name(), std::size_t(t->numel()) * sizeof(float));
@@ -57,7 +55,7 @@ const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timin
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + (m.y_scratch ? m.y_scratch->bytes : 0);
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.family->scratch_bytes();
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db})

@@ -61,7 +61,7 @@
 layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
 
-// The bindings, in the order of layer.cpp's dispatch of this pass.
+// The bindings, in the order of src/families/chunked_mma.cpp's dispatch of this pass.
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };     // the same, as vec4
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]

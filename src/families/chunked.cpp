@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// The chunked family on CUDA cores (shaders/chunked/): the column-split forward (column_split.hpp)
+// with a checkpoint per chunk, and a backward over chunks of CH = the checkpoint interval tokens in
+// four passes: chunk_prep (each chunk's T, W and cumulative log decays), chunk_dstate (the serial
+// pass of the state gradients), chunk_values and chunk_grads (every chunk's gradients at once).
+#include "families/column_split.hpp"
+#include "gdn/spirv.hpp"
+
+namespace gdn::detail {
+namespace {
+
+/// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
+constexpr std::uint32_t kChunkRecordWords = 258;
+
+class Chunked final : public ColumnSplitFamily {
+ public:
+  explicit Chunked(const FamilyArgs& a) : ColumnSplitFamily(a) {
+    const std::uint32_t ch = std::uint32_t(cfg_.checkpoint_interval);
+    chunk_prep_ = make_pipeline(a.dev, "chunk_prep", spirv::chunk_prep, {sg_, ch});
+    chunk_dstate_ = make_pipeline(a.dev, "chunk_dstate", spirv::chunk_dstate, {sg_, ch});
+    chunk_values_ = make_pipeline(a.dev, "chunk_values", spirv::chunk_values, {sg_, ch}, sg_);
+    chunk_grads_ = make_pipeline(a.dev, "chunk_grads", spirv::chunk_grads, {sg_, ch}, sg_);
+    qk_bwd_ = make_pipeline(a.dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, {sg_}, sg_);
+  }
+
+  // The chunk length is a pipeline constant: a window shorter than it is one partial chunk.
+  int interval(int) const override { return cfg_.checkpoint_interval; }
+
+  enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy };
+  std::vector<BufferDecl> backward_buffers(int B, int T) const override {
+    const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, cs = interval(T);
+    const int nseg = (T + interval(T) - 1) / interval(T);
+    const std::size_t chunks = std::size_t(B) * nv * nseg;
+    return {{"do (grad of o)", BT * nv * kD},
+            {"chunk records", BT * nv * kChunkRecordWords},  // [B, T, nv][258]
+            {"dU per chunk", BT * nv * kD},
+            {"end-state grads per chunk", std::size_t(B) * nv * state_slots(nseg) * kD * kD},
+            {"W, dW per chunk", BT * nv * kD},
+            {"pair dots per chunk", chunks * 2 * cs * cs},
+            {"<dS, S0> per chunk", chunks},
+            {"T per chunk", BT * nv * cs},
+            {"cumulative log gates per chunk", 2 * BT * nv},  // hi, lo (shaders/chunked/chunk.glsl)
+            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
+  }
+
+  void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
+                       const DeviceGrads& g, const BufferSet& w) override {
+    const Push pc = push(cfg_, f.B, f.T, true);
+    const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv, chunks = heads * pc.nseg;
+    record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
+    r.dispatch(*chunk_prep_,
+               {view(f[kQkn]), view(f[kGates]), view(p_.a_log), view(w[kW]), view(w[kTm]), view(w[kDo]), view(w[kDu]),
+                view(w[kLgc])},
+               pc, chunks);
+    r.mark("chunk_prep");
+    r.dispatch(*chunk_dstate_, {view(f[kQkn]), view(w[kLgc]), view(w[kW]), view(w[kDo]), view(w[kDu]), view(w[kDsc])},
+               pc, heads * kColumnBlocks);
+    r.mark("chunk_dstate");
+    // chunk_values and chunk_grads share one binding list (shaders/chunked/chunk_grads.glsl)
+    const std::vector<gpu::BufferView> views{
+        view(f[kQkn]), view(f[kGates]), view(w[kLgc]), view(f[kY]),    view(f[kKv]),  view(w[kDo]),    view(w[kDu]),  view(w[kW]),
+        view(w[kTm]),  view(f[kCk]),    view(w[kDsc]), view(w[kDqk]),  view(w[kDy]),  view(w[kPairs]), view(w[kSdot])};
+    r.dispatch(*chunk_values_, views, pc, chunks);
+    r.mark("chunk_values");
+    r.dispatch(*chunk_grads_, views, pc, chunks);
+    r.mark("chunk_grads");
+    // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
+    const std::uint64_t rows_per_group = 128 / sg_;
+    r.dispatch(*qk_bwd_,
+               {view(f[kY]), view(f[kNq]), view(w[kDqk]), view(f[kGates]), view(p_.a_log), view(w[kDy]), view(g.da),
+                view(g.db), view(f[kKv]), view(f[kQkn])},
+               pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
+    r.mark("qk_bwd2");
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, pc);
+  }
+
+ private:
+  std::shared_ptr<gpu::Pipeline> chunk_prep_, chunk_dstate_, chunk_values_, chunk_grads_, qk_bwd_;
+};
+
+}  // namespace
+
+std::string chunked_why_not(const DeviceInfo& info, const Config&, int cs) {
+  if (auto w = workgroup_why_not(info); !w.empty()) return w;
+  const auto sg = choose_subgroup_size(info);
+  if (!sg.size) return sg.why_not;
+  if (cs < 1 || std::uint32_t(cs) > kMaxChunk)
+    return "its chunk length is the checkpoint interval, " + std::to_string(cs) + " here, and must be 1 to " +
+           std::to_string(kMaxChunk);
+  return shared_why_not(info,
+                        {{"chunk_prep", spirv::chunk_prep}, {"chunk_dstate", spirv::chunk_dstate},
+                         {"chunk_values", spirv::chunk_values}, {"chunk_grads", spirv::chunk_grads}},
+                        {sg.size, std::uint32_t(cs)}, " (a shorter checkpoint interval needs less)");
+}
+
+const FamilyEntry kChunkedFamily{
+    .name = "chunked",
+    .variant = Variant::Chunked,
+    .matrix_units = false,
+    .default_interval = kDefaultChunk,
+    .why_not = chunked_why_not,
+    .make = [](const FamilyArgs& a) -> std::unique_ptr<Family> { return std::make_unique<Chunked>(a); },
+};
+
+}  // namespace gdn::detail

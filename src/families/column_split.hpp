@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// The column-split forward (shaders/subgroup/rec_fwd2.comp, norm_fwd2.comp) and the norm's backward
+// (norm_bwd2.comp), which the subgroup family and the chunked family on CUDA cores both run: each
+// (window, v-head) state's 128 columns are split over kColumnBlocks workgroups, 8 lanes a column.
+// Defined in subgroup.cpp.
+#pragma once
+
+#include "families/family.hpp"
+
+namespace gdn::detail {
+
+/// Column blocks (workgroups) per (window, v-head) of the column-split kernels.
+inline constexpr std::uint32_t kColumnBlocks = 4;
+
+class ColumnSplitFamily : public Family {
+ public:
+  ColumnSplitFamily(const FamilyArgs& a);
+
+  enum Fwd { kY, kQkn, kNq, kGates, kO, kInv, kCk, kKv };
+  std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const override;
+  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) override;
+
+ protected:
+  /// The norm's backward: dz and dO (into do_) from dout.
+  void record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
+                       const DeviceGrads& g, const gpu::Buffer& do_, const Push& pc) const;
+
+  gpu::Device& dev_;
+  const Config cfg_;
+  const LayerParams p_;
+  const std::uint32_t sg_;  // subgroup size
+  CommonKernels common_;
+  std::shared_ptr<gpu::Pipeline> rec_fwd2_, norm_fwd2_, norm_bwd2_;
+};
+
+}  // namespace gdn::detail

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// A kernel family behind one interface: what the layer (layer_impl.hpp) knows of any of them. Each
+// family lives in one module here (per_head.cpp, subgroup.cpp, chunked.cpp, chunked_mma.cpp) and one
+// shader folder; registry() lists them in the order Variant::Auto tries them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "detail.hpp"
+#include "gdn/device_info.hpp"
+#include "gdn/layer.hpp"
+#include "kernels.hpp"
+#include "vk/device.hpp"
+
+namespace gdn::detail {
+
+/// A buffer a family declares: its name (what Tape::buffers() reports) and its size in floats.
+struct BufferDecl {
+  const char* name;
+  std::size_t floats;
+};
+
+/// The device buffers of one forward (a tape's) or one backward (the layer's workspace) for a shape,
+/// in the order the family declared them: buffer i is the family's own enumerator i.
+struct BufferSet {
+  int B = 0, T = 0;
+  bool keep = false;
+  std::vector<std::unique_ptr<gpu::Buffer>> buffers;
+
+  const gpu::Buffer& operator[](std::size_t i) const { return *buffers[i]; }
+  bool empty() const { return buffers.empty(); }
+  std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto& b : buffers) n += b->bytes;
+    return n;
+  }
+};
+
+/// The layer's parameters on the device, which every family's passes read.
+struct LayerParams {
+  const Tensor& conv;     // [C, K]
+  const Tensor& a_log;    // [nv]
+  const Tensor& dt_bias;  // [nv]
+  const Tensor& norm;     // [D]
+};
+
+inline gpu::BufferView view(const gpu::Buffer& b) { return {&b}; }
+inline gpu::BufferView view(const Tensor& t) { return {storage_of(t).buffer.get()}; }
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  /// The segment (chunk) length its passes take for windows of T tokens.
+  virtual int interval(int T) const = 0;
+  /// What one forward of B windows of T tokens writes (`keep`: for a backward, a tape's).
+  virtual std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const = 0;
+  /// What one backward of (B, T) needs beyond its tape.
+  virtual std::vector<BufferDecl> backward_buffers(int B, int T) const = 0;
+  /// Records a forward into r: out from `in`, writing f (forward_buffers' set).
+  virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) = 0;
+  /// Records a backward: the gradients g from dout and the tape (its inputs and forward set), with
+  /// the workspace w (backward_buffers' set).
+  virtual void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
+                               const DeviceGrads& g, const BufferSet& w) = 0;
+
+  /// Device memory the family keeps beyond the tapes and the workspace (scratch of its own).
+  virtual std::size_t scratch_bytes() const { return 0; }
+
+  /// The push constants of every pass (shaders/common/common.glsl).
+  Push push(const Config& cfg, int B, int T, bool keep) const {
+    const int cs = interval(T);
+    return Push{.nb = std::uint32_t(B), .t = std::uint32_t(T), .nv = std::uint32_t(cfg.nv), .nk = std::uint32_t(cfg.nk),
+                .c_dim = std::uint32_t(cfg.channels()), .kk = std::uint32_t(cfg.conv_taps), .cs = std::uint32_t(cs),
+                .nseg = std::uint32_t((T + cs - 1) / cs), .keep = keep ? 1u : 0u, .eps = cfg.rms_eps};
+  }
+};
+
+/// What the layer is given to make a family: its device, config (variant and interval resolved),
+/// the subgroup size its kernels run at (the column-split and chunked ones), and its parameters.
+struct FamilyArgs {
+  gpu::Device& dev;
+  const Config& cfg;
+  std::uint32_t subgroup_size;
+  LayerParams params;
+};
+
+/// The common passes as every family records them (shaders/common/).
+inline void record_conv_fwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
+                            const DeviceInputs& in, const gpu::Buffer& y, const gpu::Buffer& qkn, const gpu::Buffer& nq,
+                            const Push& pc) {
+  r.dispatch(*k.conv_fwd, {view(in.qkv), view(p.conv), view(y), view(qkn), view(nq)}, pc,
+             conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvFwdTokens));
+  r.mark("conv_fwd");  // the q/k l2 norms fused in
+}
+inline void record_gate_prep(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
+                             const DeviceInputs& in, const gpu::Buffer& gates, const Push& pc) {
+  r.dispatch(*k.gate_prep, {view(in.a), view(in.b), view(p.a_log), view(p.dt_bias), view(gates)}, pc,
+             (std::uint64_t(pc.nb) * pc.t * std::uint64_t(cfg.nv) + 255) / 256);
+  r.mark("gate_prep");
+}
+inline void record_conv_bwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
+                            const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g, const Push& pc) {
+  r.dispatch(*k.conv_bwd, {view(in.qkv), view(p.conv), view(dy), view(g.dqkv)}, pc,
+             conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvBwdTokens));
+  r.mark("conv_bwd");
+}
+/// Slots of stored states (checkpoints, end-state gradients) for `groups` groups of segments
+/// between them: one per edge between groups, at least one (so that the buffer can be bound).
+inline std::size_t state_slots(int groups) { return std::size_t(std::max(groups, 2) - 1); }
+
+/// A family as the registry lists it.
+struct FamilyEntry {
+  const char* name;      // as `gdn info` and errors say it
+  Variant variant;       // the Config::variant that asks for it
+  bool matrix_units;     // runs on the matrix units (Config::matrix_units asks for it)
+  int default_interval;  // its checkpoint interval where the config leaves 0
+  /// Empty where it runs on the device at the config with checkpoint interval `cs`, else why not.
+  std::string (*why_not)(const DeviceInfo& info, const Config& cfg, int cs);
+  std::unique_ptr<Family> (*make)(const FamilyArgs& args);
+};
+
+/// Every family, in the order Variant::Auto tries them: chunked on the matrix units, chunked on CUDA
+/// cores, subgroup (column split), per-head.
+std::span<const FamilyEntry> registry();
+
+/// Why no kernel with 256 invocations per workgroup runs on the device ("" where they do).
+std::string workgroup_why_not(const DeviceInfo& info);
+/// Why the chunked family's CUDA-core kernels cannot run chunks of `cs` tokens here ("" where they can).
+std::string chunked_why_not(const DeviceInfo& info, const Config& cfg, int cs);
+
+// The families' entries (each in its module).
+extern const FamilyEntry kPerHeadFamily, kSubgroupFamily, kChunkedFamily, kChunkedMatrixFamily;
+
+}  // namespace gdn::detail

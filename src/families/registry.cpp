@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// The kernel families in the order Variant::Auto tries them: the fastest first, per-head (which runs
+// wherever 256-invocation workgroups do) last.
+#include "families/family.hpp"
+
+namespace gdn::detail {
+
+std::span<const FamilyEntry> registry() {
+  static const FamilyEntry* const order[] = {&kChunkedMatrixFamily, &kChunkedFamily, &kSubgroupFamily, &kPerHeadFamily};
+  static const std::vector<FamilyEntry> entries = [] {
+    std::vector<FamilyEntry> v;
+    for (const FamilyEntry* e : order) v.push_back(*e);
+    return v;
+  }();
+  return entries;
+}
+
+std::string workgroup_why_not(const DeviceInfo& info) {
+  if (info.max_workgroup_invocations >= 256) return "";
+  return "the device allows " + std::to_string(info.max_workgroup_invocations) +
+         " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)";
+}
+
+}  // namespace gdn::detail
