@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The float64 reference against itself: central finite differences of forward() against backward()
-// for every input stream and parameter, a closed-form T = 1 case, and its shape errors.
+// for every input stream, parameter and carried state, windows with carried state against one long
+// window, closed forms, and its shape errors.
 #include <gdn/reference.hpp>
 
 #include <gtest/gtest.h>
@@ -13,10 +14,12 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
 
+using gdn::reference::Carry;
 using gdn::reference::Dims;
 using gdn::reference::Grads;
 using gdn::reference::Mat;
@@ -27,8 +30,9 @@ using gdn::reference::Window;
 struct Problem {
   Dims dims;
   Weights w;
-  Window x;
+  Window x;  // with_state: nonzero h0 and conv_state
   Mat dout;
+  Carry dcarry;  // with_state: gradients of the carried states (the loss's <dht, ht> + <dcs, conv_state_out>)
 };
 
 Mat uniform(std::mt19937_64& rng, Eigen::Index rows, Eigen::Index cols, double lo, double hi) {
@@ -44,7 +48,7 @@ Vec uniform_vec(std::mt19937_64& rng, Eigen::Index n, double lo, double hi) {
   return v;
 }
 
-Problem make_problem(const Dims& d, std::uint64_t seed) {
+Problem make_problem(const Dims& d, std::uint64_t seed, bool with_state = false) {
   std::mt19937_64 rng(seed);
   Problem p;
   p.dims = d;
@@ -58,17 +62,28 @@ Problem make_problem(const Dims& d, std::uint64_t seed) {
   p.x.a = uniform(rng, d.T, d.nv, -1, 1);
   p.x.b = uniform(rng, d.T, d.nv, -1, 1);
   p.dout = uniform(rng, d.T, vd, -1, 1);
+  if (with_state) {
+    p.x.h0 = uniform(rng, vd, d.D, -0.5, 0.5);
+    p.x.conv_state = uniform(rng, d.K - 1, C, -1, 1);
+    p.dcarry.ht = uniform(rng, vd, d.D, -1, 1);
+    p.dcarry.conv_state = uniform(rng, d.K - 1, C, -1, 1);
+  }
   return p;
 }
 
 double loss(const Problem& p) {
-  return (p.dout.array() * gdn::reference::forward(p.dims, p.w, p.x).array()).sum();
+  Carry c;
+  const Mat out = gdn::reference::forward(p.dims, p.w, p.x, &c);
+  double l = (p.dout.array() * out.array()).sum();
+  if (p.dcarry.ht.size()) l += (p.dcarry.ht.array() * c.ht.array()).sum();
+  if (p.dcarry.conv_state.size()) l += (p.dcarry.conv_state.array() * c.conv_state.array()).sum();
+  return l;
 }
 
 // Every tensor the gradient covers, as flat float64 storage (row-major matrices are contiguous).
-enum class Which { qkv, z, a, b, conv, a_log, dt_bias, norm };
-const Which kAll[] = {Which::qkv, Which::z,     Which::a,       Which::b,
-                      Which::conv, Which::a_log, Which::dt_bias, Which::norm};
+enum class Which { qkv, z, a, b, conv, a_log, dt_bias, norm, h0, conv_state };
+const Which kAll[] = {Which::qkv, Which::z,     Which::a,       Which::b,    Which::conv,
+                      Which::a_log, Which::dt_bias, Which::norm, Which::h0, Which::conv_state};
 
 const char* name(Which t) {
   switch (t) {
@@ -80,6 +95,8 @@ const char* name(Which t) {
     case Which::a_log: return "a_log";
     case Which::dt_bias: return "dt_bias";
     case Which::norm: return "norm";
+    case Which::h0: return "h0";
+    case Which::conv_state: return "conv_state";
   }
   return "?";
 }
@@ -95,6 +112,8 @@ Eigen::Map<Eigen::VectorXd> param(Problem& p, Which t) {
     case Which::a_log: return m(p.w.a_log);
     case Which::dt_bias: return m(p.w.dt_bias);
     case Which::norm: return m(p.w.norm);
+    case Which::h0: return m(p.x.h0);
+    case Which::conv_state: return m(p.x.conv_state);
   }
   throw std::logic_error("param");
 }
@@ -110,11 +129,13 @@ Eigen::VectorXd grad(const Grads& g, Which t) {
     case Which::a_log: return m(g.da_log);
     case Which::dt_bias: return m(g.ddt_bias);
     case Which::norm: return m(g.dnorm);
+    case Which::h0: return m(g.dh0);
+    case Which::conv_state: return m(g.dconv_state);
   }
   throw std::logic_error("grad");
 }
 
-// Central difference of L = <dout, out> along direction dir of tensor t, step h.
+// Central difference of L = <dout, out> (+ the carried states' terms) along direction dir of tensor t, step h.
 double fd_directional(const Problem& p0, Which t, const Eigen::VectorXd& dir, double h) {
   Problem p = p0;
   param(p, t) += h * dir;
@@ -166,10 +187,11 @@ Report check_tensor(const Problem& p, const Grads& g, Which t, int n_dir, int n_
   return r;
 }
 
-// All eight tensors; every failure names the tensor and both errors.
-void check_all(const Problem& p, int n_dir, int n_elem, std::uint64_t seed) {
-  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout);
+// Every tensor (the states where the problem has them); every failure names the tensor and both errors.
+void check_all(Problem p, int n_dir, int n_elem, std::uint64_t seed) {
+  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout, &p.dcarry);
   for (Which t : kAll) {
+    if (param(p, t).size() == 0) continue;  // no state (or K = 1: no conv state)
     const Report r = check_tensor(p, g, t, n_dir, n_elem, seed + std::uint64_t(t));
     EXPECT_LT(r.max_dir, kTol) << name(t) << ": directional rel err " << r.max_dir;
     EXPECT_LT(r.max_elem, kTol) << name(t) << ": element rel err " << r.max_elem;
@@ -198,6 +220,12 @@ TEST(ReferenceFd, Rep4K1) { check_all(make_problem(dims(5, 4, 1, 1, 8), 4), 3, 4
 // Fewer tokens than taps: every output reads the zero padding before the window.
 TEST(ReferenceFd, TLessThanK) { check_all(make_problem(dims(2, 2, 1, 4, 8), 5), 3, 4, 500); }
 TEST(ReferenceFd, T1) { check_all(make_problem(dims(1, 4, 2, 4, 8), 6), 3, 4, 600); }
+// With a carried recurrent state and conv state in, and gradients of the carried states out.
+TEST(ReferenceFd, WithStateRep2K4) { check_all(make_problem(dims(6, 4, 2, 4, 8), 21, true), 4, 6, 2100); }
+TEST(ReferenceFd, WithStateRep1K2) { check_all(make_problem(dims(5, 3, 3, 2, 8), 22, true), 4, 6, 2200); }
+// Fewer tokens than taps: the carried conv state is partly the one carried in.
+TEST(ReferenceFd, WithStateTLessThanK) { check_all(make_problem(dims(2, 2, 1, 4, 8), 23, true), 3, 4, 2300); }
+TEST(ReferenceFd, WithStateT1K1) { check_all(make_problem(dims(1, 2, 1, 1, 8), 24, true), 3, 4, 2400); }
 
 // a + dt_bias > 20 on two heads (softplus' linear branch, derivative exactly 1). a_log = -3 there keeps
 // g = exp(-e^-3·x) ≈ 0.3 away from 0 so the decay still matters; x stays in (20.5, 22.5) under the
@@ -214,8 +242,8 @@ TEST(ReferenceFd, SoftplusLinearBranch) {
 
 // The device's head dim, a few directions only.
 TEST(ReferenceFd, D128) {
-  const Problem p = make_problem(dims(3, 2, 1, 4, 128), 8);
-  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout);
+  const Problem p = make_problem(dims(3, 2, 1, 4, 128), 8, true);
+  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout, &p.dcarry);
   for (Which t : kAll) {
     const Report r = check_tensor(p, g, t, 2, 0, 800 + std::uint64_t(t));
     EXPECT_LT(r.max_dir, kTol) << name(t) << ": directional rel err " << r.max_dir;
@@ -226,8 +254,8 @@ TEST(ReferenceFd, D128) {
 
 // A gradient off by 1e-5 (relative) in one tensor, or computed for another dout, must fail the check.
 TEST(ReferenceFdCanFail, PerturbedGradientIsCaught) {
-  const Problem p = make_problem(dims(5, 4, 2, 4, 8), 9);
-  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout);
+  const Problem p = make_problem(dims(5, 4, 2, 4, 8), 9, true);
+  const Grads g = gdn::reference::backward(p.dims, p.w, p.x, p.dout, &p.dcarry);
   for (Which t : kAll) {
     Grads bad = g;
     switch (t) {
@@ -239,6 +267,8 @@ TEST(ReferenceFdCanFail, PerturbedGradientIsCaught) {
       case Which::a_log: bad.da_log *= 1 + 1e-5; break;
       case Which::dt_bias: bad.ddt_bias *= 1 + 1e-5; break;
       case Which::norm: bad.dnorm *= 1 + 1e-5; break;
+      case Which::h0: bad.dh0 *= 1 + 1e-5; break;
+      case Which::conv_state: bad.dconv_state *= 1 + 1e-5; break;
     }
     const Report r = check_tensor(p, bad, t, 2, 0, 900 + std::uint64_t(t));
     EXPECT_GT(r.max_dir, 5 * kTol) << name(t);
@@ -246,15 +276,102 @@ TEST(ReferenceFdCanFail, PerturbedGradientIsCaught) {
 }
 
 TEST(ReferenceFdCanFail, WrongDoutIsCaught) {
-  const Problem p = make_problem(dims(5, 4, 2, 4, 8), 10);
+  const Problem p = make_problem(dims(5, 4, 2, 4, 8), 10, true);
   Problem q = p;
   q.dout(2, 3) += 1e-3;  // one element of dout off
-  const Grads wrong = gdn::reference::backward(q.dims, q.w, q.x, q.dout);
+  const Grads wrong = gdn::reference::backward(q.dims, q.w, q.x, q.dout, &q.dcarry);
   for (Which t : kAll) {
     const Report r = check_tensor(p, wrong, t, 2, 0, 1000 + std::uint64_t(t));
     EXPECT_GT(r.max_dir, 10 * kTol) << name(t);
     if (std::getenv("GDN_REF_VERBOSE")) std::printf("  %-8s dir %.2e\n", name(t), r.max_dir);
   }
+}
+
+// The carried states' gradients matter: dropping dcarry (a backward as if the window were the last)
+// fails the check of the states and of the inputs they reach.
+TEST(ReferenceFdCanFail, MissingCarryGradientIsCaught) {
+  const Problem p = make_problem(dims(5, 4, 2, 4, 8), 25, true);
+  const Grads without = gdn::reference::backward(p.dims, p.w, p.x, p.dout);
+  for (Which t : {Which::qkv, Which::h0, Which::conv_state, Which::a}) {
+    const Report r = check_tensor(p, without, t, 2, 0, 2500 + std::uint64_t(t));
+    EXPECT_GT(r.max_dir, 10 * kTol) << name(t);
+  }
+}
+
+// ---------------------------------------------------------------- carried state
+
+// Rows [r0, r0 + n) of a window's per-token tensors; the states as given.
+Window slice(const Window& x, int r0, int n) {
+  Window w;
+  w.qkv = x.qkv.middleRows(r0, n);
+  w.z = x.z.middleRows(r0, n);
+  w.a = x.a.middleRows(r0, n);
+  w.b = x.b.middleRows(r0, n);
+  return w;
+}
+
+// Two windows run back to back, the second from the states the first leaves, give the output, the
+// final states and every gradient of one window of both lengths (to float64 rounding), whatever the
+// split (before, at and after the conv's reach, and a window shorter than it).
+TEST(ReferenceCarry, TwoWindowsEqualOne) {
+  for (const int split : {1, 2, 3, 5, 8}) {
+    const Dims whole = dims(9, 4, 2, 4, 8);
+    const Problem p = make_problem(whole, 26, true);
+    Dims d1 = whole, d2 = whole;
+    d1.T = split;
+    d2.T = whole.T - split;
+    Window x1 = slice(p.x, 0, split), x2 = slice(p.x, split, d2.T);
+    x1.h0 = p.x.h0;
+    x1.conv_state = p.x.conv_state;
+    Carry c1, c2, c;
+    const Mat out1 = gdn::reference::forward(d1, p.w, x1, &c1);
+    x2.h0 = c1.ht;
+    x2.conv_state = c1.conv_state;
+    const Mat out2 = gdn::reference::forward(d2, p.w, x2, &c2);
+    const Mat out = gdn::reference::forward(whole, p.w, p.x, &c);
+    auto close = [](const auto& got, const auto& want, const char* what, int at) {
+      const double err = (got - want).cwiseAbs().maxCoeff(), scale = std::max(1.0, want.cwiseAbs().maxCoeff());
+      EXPECT_LE(err, 1e-13 * scale) << what << " at split " << at;
+    };
+    close(out1, out.topRows(split), "out (first window)", split);
+    close(out2, out.bottomRows(d2.T), "out (second window)", split);
+    close(c2.ht, c.ht, "ht", split);
+    close(c2.conv_state, c.conv_state, "conv_state out", split);
+
+    // backward: the second window first, its state gradients into the first's
+    const Grads g = gdn::reference::backward(whole, p.w, p.x, p.dout, &p.dcarry);
+    const Grads g2 = gdn::reference::backward(d2, p.w, x2, p.dout.bottomRows(d2.T), &p.dcarry);
+    const Carry d1c{g2.dh0, g2.dconv_state};
+    const Grads g1 = gdn::reference::backward(d1, p.w, x1, p.dout.topRows(split), &d1c);
+    close(g1.dqkv, g.dqkv.topRows(split), "dqkv (first)", split);
+    close(g2.dqkv, g.dqkv.bottomRows(d2.T), "dqkv (second)", split);
+    for (const auto& [a1, a2, a, what] :
+         {std::tuple{&g1.dz, &g2.dz, &g.dz, "dz"}, std::tuple{&g1.da, &g2.da, &g.da, "da"},
+          std::tuple{&g1.db, &g2.db, &g.db, "db"}}) {
+      close(*a1, a->topRows(split), what, split);
+      close(*a2, a->bottomRows(d2.T), what, split);
+    }
+    close(g1.dh0, g.dh0, "dh0", split);
+    close(g1.dconv_state, g.dconv_state, "dconv_state", split);
+    close(Mat(g1.dconv + g2.dconv), g.dconv, "dconv", split);
+    close(Vec(g1.da_log + g2.da_log), g.da_log, "da_log", split);
+    close(Vec(g1.ddt_bias + g2.ddt_bias), g.ddt_bias, "ddt_bias", split);
+    close(Vec(g1.dnorm + g2.dnorm), g.dnorm, "dnorm", split);
+  }
+}
+
+// No state is a zero state: the same output and gradients bit for bit.
+TEST(ReferenceCarry, AbsentStateIsZero) {
+  const Problem p = make_problem(dims(6, 4, 2, 4, 8), 27);
+  Problem q = p;
+  q.x.h0 = Mat::Zero(4 * 8, 8);
+  q.x.conv_state = Mat::Zero(3, p.dims.C());
+  EXPECT_EQ(gdn::reference::forward(p.dims, p.w, p.x), gdn::reference::forward(q.dims, q.w, q.x));
+  const Grads a = gdn::reference::backward(p.dims, p.w, p.x, p.dout);
+  const Grads b = gdn::reference::backward(q.dims, q.w, q.x, q.dout);
+  EXPECT_EQ(a.dqkv, b.dqkv);
+  EXPECT_EQ(a.da, b.da);
+  EXPECT_EQ(a.dh0, b.dh0);
 }
 
 // ---------------------------------------------------------------- closed forms
@@ -414,6 +531,20 @@ TEST(ReferenceShapes, WrongTensorShapes) {
     Problem q = p;
     q.w.norm.resize(7);
     expect_invalid([&] { both(q); }, {"norm is [7]", "expected [8]"});
+  }
+  {
+    Problem q = p;
+    q.x.h0 = Mat::Zero(32, 7);
+    expect_invalid([&] { both(q); }, {"h0 is [32, 7]", "expected [32, 8]"});
+  }
+  {
+    Problem q = p;
+    q.x.conv_state = Mat::Zero(4, 64);
+    expect_invalid([&] { both(q); }, {"conv_state is [4, 64]", "expected [3, 64]"});
+  }
+  {
+    const Carry bad{Mat::Zero(31, 8), Mat()};
+    expect_invalid([&] { (void)gdn::reference::backward(p.dims, p.w, p.x, p.dout, &bad); }, {"dcarry.ht is [31, 8]"});
   }
 }
 

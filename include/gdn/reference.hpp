@@ -27,7 +27,7 @@ struct Dims {
   int rep() const { return nv / nk; }
 };
 
-/// Frozen parameters.
+/// The parameters.
 struct Weights {
   Mat conv;     // [C, K], tap j reads position t-(K-1)+j
   Vec a_log;    // [nv]
@@ -35,15 +35,26 @@ struct Weights {
   Vec norm;     // [D], shared by all heads
 };
 
-/// One window of the four input streams.
+/// One window of the four input streams, and the states it starts from (empty: zero, a fresh
+/// sequence).
 struct Window {
   Mat qkv;  // [T, C]
   Mat z;    // [T, nv*D]
   Mat a;    // [T, nv]
   Mat b;    // [T, nv]
+  Mat h0;          // [nv*D, D] or empty: value head h's recurrent state S[k][v] (FLA's [K, V]: kv = Sᵀk̂)
+                   // in rows h*D .. h*D + D-1
+  Mat conv_state;  // [K-1, C] or empty: the last K-1 raw qkv rows before the window, oldest first
 };
 
-/// Gradients of <dout, out> with respect to the inputs and the (frozen) parameters.
+/// What a window leaves for the next, as the next Window's h0 and conv_state take it.
+struct Carry {
+  Mat ht;          // [nv*D, D] the recurrent state after the window's last token
+  Mat conv_state;  // [K-1, C] the last K-1 raw qkv rows of the window (and of conv_state before it, if T < K-1)
+};
+
+/// Gradients of L = <dout, out> + <dht, ht> + <dconv_state_out, conv_state_out> (the last two from
+/// backward()'s `dcarry`, zero where absent) with respect to the inputs, the states and the parameters.
 struct Grads {
   Mat dqkv;      // [T, C]
   Mat dz;        // [T, nv*D]
@@ -53,13 +64,18 @@ struct Grads {
   Vec da_log;    // [nv]
   Vec ddt_bias;  // [nv]
   Vec dnorm;     // [D]
+  Mat dh0;          // [nv*D, D]
+  Mat dconv_state;  // [K-1, C]
 };
 
-/// out [T, nv*D]. Throws std::invalid_argument on inconsistent shapes.
-Mat forward(const Dims& dims, const Weights& w, const Window& x);
+/// out [T, nv*D]; with `carry`, also the states the window leaves. Throws std::invalid_argument on
+/// inconsistent shapes.
+Mat forward(const Dims& dims, const Weights& w, const Window& x, Carry* carry = nullptr);
 
-/// The exact reverse sweep of docs/spec.md ("Backward") for the output gradient dout [T, nv*D].
-Grads backward(const Dims& dims, const Weights& w, const Window& x, const Mat& dout);
+/// The exact reverse sweep of docs/spec.md ("Backward") for the output gradient dout [T, nv*D] and,
+/// where given, the gradients of the carried states (`dcarry`: its ht and conv_state; either may be
+/// empty, meaning zero).
+Grads backward(const Dims& dims, const Weights& w, const Window& x, const Mat& dout, const Carry* dcarry = nullptr);
 
 }  // namespace gdn::reference
 

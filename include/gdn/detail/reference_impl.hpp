@@ -6,8 +6,10 @@
 //   qkv, y   [T, C]     channel c: q head i at i*D + d, k head i at nk*D + i*D + d, v head h at 2*nk*D + h*D + d
 //   z, out   [T, nv*D]  value head h at h*D + d
 //   a, b     [T, nv]
-//   conv     [C, K]     tap j reads position t-(K-1)+j (zero before the window)
+//   conv     [C, K]     tap j reads position t-(K-1)+j (before the window: conv_state's rows, or zero)
 //   S        D x D      row index = key dim, column index = value dim
+//   h0, ht   [nv*D, D]  value head h's S in rows h*D ..
+//   conv_state [K-1, C] the raw qkv rows at positions -(K-1) .. -1
 #pragma once
 
 #include <cmath>
@@ -80,6 +82,15 @@ inline void validate(const Dims& d, const Weights& w, const Window& x) {
   check_shape("z", x.z, d.T, vd);
   check_shape("a", x.a, d.T, d.nv);
   check_shape("b", x.b, d.T, d.nv);
+  if (x.h0.size()) check_shape("h0", x.h0, vd, d.D);
+  if (x.conv_state.size()) check_shape("conv_state", x.conv_state, d.K - 1, C);
+}
+
+/// Raw qkv row at position s of the window (s < 0: the conv state's, zero without one).
+inline Eigen::RowVectorXd qkv_at(const Dims& d, const Window& x, int s) {
+  if (s >= 0) return x.qkv.row(s);
+  if (x.conv_state.size()) return x.conv_state.row(d.K - 1 + s);
+  return Eigen::RowVectorXd::Zero(d.C());
 }
 
 /// One delta-rule state update, S <- g*S + k̂ ⊗ u. Shared by the forward and the backward's replay so
@@ -93,6 +104,7 @@ inline void advance(State& S, double g, const Vec& khat, const Vec& u) {
 /// they are O(T*nv*D^2); the backward replays them one value head at a time (O(T*D^2)) from g, k̂, u.
 struct Forward {
   Dims dims;
+  Mat h0;       // [nv*D, D] the start states (zero without Window::h0)
   Mat pre;      // [T, C]    conv output before SiLU
   Mat y;        // [T, C]    silu(pre): q | k | v
   Mat qhat;     // [T, nk*D] q / (sqrt(Σq² + 1e-6)·sqrt(D))
@@ -107,6 +119,7 @@ struct Forward {
   Mat o;        // [T, nv*D] Sᵀq̂ before the norm
   Mat inv_rms;  // [T, nv]   1/sqrt(mean(o²) + eps)
   Mat out;      // [T, nv*D]
+  Mat ht;       // [nv*D, D] the states after the last token
 
   Index D() const { return dims.D; }
   // Column offsets into y / qkv (see the layout at the top of the file).
@@ -118,10 +131,11 @@ struct Forward {
   Vec v_at(int t, int h) const { return y.row(t).segment(v_col(h), D()).transpose(); }
   Vec u_at(int t, int h) const { return u.row(t).segment(Index(h) * D(), D()).transpose(); }
 
-  /// States of value head h: result[t + 1] = S after step t, result[0] = 0 (the window's start).
+  /// States of value head h: result[t + 1] = S after step t, result[0] = h0's (the window's start).
   std::vector<State> head_states(int h) const {
     const int ki = h / dims.rep();
     std::vector<State> S(size_t(dims.T) + 1, State::Zero(D(), D()));
+    S[0] = h0.block(Index(h) * D(), 0, D(), D());
     for (int t = 0; t < dims.T; ++t) {
       S[size_t(t) + 1] = S[size_t(t)];
       advance(S[size_t(t) + 1], g(t, h), khat_at(t, ki), u_at(t, h));
@@ -137,14 +151,15 @@ inline Forward run_forward(const Dims& dims, const Weights& w, const Window& x) 
 
   Forward f;
   f.dims = dims;
+  f.h0 = x.h0.size() ? x.h0 : Mat::Zero(vd, D);
 
-  // 1. Depthwise causal conv + SiLU: tap j of output t reads input t-(K-1)+j; nothing before t = 0.
+  // 1. Depthwise causal conv + SiLU: tap j of output t reads input t-(K-1)+j; before t = 0, the conv
+  // state's rows (zero without one).
   f.pre = Mat::Zero(T, C);
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < K; ++j) {
       const int s = t - (K - 1) + j;
-      if (s < 0) continue;
-      f.pre.row(t).array() += w.conv.col(j).transpose().array() * x.qkv.row(s).array();
+      f.pre.row(t).array() += w.conv.col(j).transpose().array() * qkv_at(dims, x, s).array();
     }
   f.y = f.pre.unaryExpr([](double v) { return silu(v); });
 
@@ -174,13 +189,14 @@ inline Forward run_forward(const Dims& dims, const Weights& w, const Window& x) 
       f.beta(t, h) = sigmoid(x.b(t, h));
     }
 
-  // 4. Delta rule per value head h on key head h / rep, from a zero state.
+  // 4. Delta rule per value head h on key head h / rep, from h0's state.
   f.kv.resize(T, vd);
   f.u.resize(T, vd);
   f.o.resize(T, vd);
+  f.ht.resize(vd, D);
   for (int h = 0; h < nv; ++h) {
     const int ki = h / rep;
-    State S = State::Zero(D, D);
+    State S = f.h0.block(Index(h) * D, 0, D, D);
     for (int t = 0; t < T; ++t) {
       const Vec qh = f.qhat_at(t, ki), kh = f.khat_at(t, ki), v = f.v_at(t, h);
       const double g = f.g(t, h), beta = f.beta(t, h);
@@ -191,6 +207,7 @@ inline Forward run_forward(const Dims& dims, const Weights& w, const Window& x) 
       f.u.row(t).segment(Index(h) * D, D) = u.transpose();
       f.o.row(t).segment(Index(h) * D, D) = (S.transpose() * qh).transpose();
     }
+    f.ht.block(Index(h) * D, 0, D, D) = S;
   }
 
   // 5. Gated RMSNorm per (t, h), norm before the gate.
@@ -209,15 +226,24 @@ inline Forward run_forward(const Dims& dims, const Weights& w, const Window& x) 
 
 }  // namespace detail
 
-inline Mat forward(const Dims& dims, const Weights& w, const Window& x) {
-  return detail::run_forward(dims, w, x).out;
+inline Mat forward(const Dims& dims, const Weights& w, const Window& x, Carry* carry) {
+  detail::Forward f = detail::run_forward(dims, w, x);
+  if (carry) {
+    carry->ht = f.ht;
+    carry->conv_state.resize(dims.K - 1, dims.C());
+    for (int r = 0; r < dims.K - 1; ++r) carry->conv_state.row(r) = detail::qkv_at(dims, x, dims.T - (dims.K - 1) + r);
+  }
+  return std::move(f.out);
 }
 
-inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const Mat& dout) {
+inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const Mat& dout, const Carry* dcarry) {
   using detail::Index;
   using detail::State;
   detail::validate(dims, w, x);
   detail::check_shape("dout", dout, dims.T, Index(dims.nv) * dims.D);
+  const bool dht = dcarry && dcarry->ht.size(), dcs = dcarry && dcarry->conv_state.size();
+  if (dht) detail::check_shape("dcarry.ht", dcarry->ht, Index(dims.nv) * dims.D, dims.D);
+  if (dcs) detail::check_shape("dcarry.conv_state", dcarry->conv_state, dims.K - 1, dims.C());
   const detail::Forward f = detail::run_forward(dims, w, x);
   const int T = dims.T, nv = dims.nv, nk = dims.nk, K = dims.K, rep = dims.rep();
   const Index D = dims.D, C = dims.C(), vd = Index(nv) * D;
@@ -231,6 +257,8 @@ inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const
   gr.da_log = Vec::Zero(nv);
   gr.ddt_bias = Vec::Zero(nv);
   gr.dnorm = Vec::Zero(D);
+  gr.dh0 = Mat::Zero(vd, D);
+  gr.dconv_state = Mat::Zero(K - 1, C);
 
   // Gated RMSNorm backward. out_d = o_d·inv·w_d·silu(z_d), inv = (Σo²/D + eps)^(-1/2), so with
   // a_d = dout_d·w_d·silu(z_d):  do_d = inv·a_d − o_d·inv³·<a, o>/D.
@@ -258,8 +286,8 @@ inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const
   for (int h = 0; h < nv; ++h) {
     const int ki = h / rep;
     const double ea = std::exp(w.a_log(h));
-    const std::vector<State> S = f.head_states(h);  // S[t + 1] = S_t, S[0] = 0
-    State dS = State::Zero(D, D);
+    const std::vector<State> S = f.head_states(h);  // S[t + 1] = S_t, S[0] = h0's
+    State dS = dht ? State(dcarry->ht.block(Index(h) * D, 0, D, D)) : State::Zero(D, D);
     for (int t = T - 1; t >= 0; --t) {
       const State& St = S[size_t(t) + 1];
       const State& Sprev = S[size_t(t)];
@@ -289,6 +317,7 @@ inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const
       gr.da_log(h) += dg * g * (-ea) * detail::softplus(f.arg(t, h));
       gr.db(t, h) = dbeta * beta * (1.0 - beta);
     }
+    gr.dh0.block(Index(h) * D, 0, D, D) = dS;  // dL/dS_{-1}
   }
 
   // l2-norm backward: x̂ = x·s/sqrt(n2), n2 = Σx² + 1e-6 (s = 1/sqrt(D) for q, 1 for k), so
@@ -306,15 +335,19 @@ inline Grads backward(const Dims& dims, const Weights& w, const Window& x, const
       dy.row(t).segment(f.k_col(i), D) = invk * (dk - k * (dk.dot(k) / nk2));
     }
 
-  // SiLU + conv backward: pre[t, c] = Σ_j conv[c, j]·qkv[t-(K-1)+j, c].
+  // SiLU + conv backward: pre[t, c] = Σ_j conv[c, j]·qkv[t-(K-1)+j, c], the rows before the window
+  // the conv state's.
   const Mat dpre = dy.array() * f.pre.unaryExpr([](double v) { return detail::silu_grad(v); }).array();
+  auto dqkv_at = [&](int s) { return s >= 0 ? gr.dqkv.row(s) : gr.dconv_state.row(K - 1 + s); };
   for (int t = 0; t < T; ++t)
     for (int j = 0; j < K; ++j) {
       const int s = t - (K - 1) + j;
-      if (s < 0) continue;
-      gr.dqkv.row(s).array() += dpre.row(t).array() * w.conv.col(j).transpose().array();
-      gr.dconv.col(j).array() += (dpre.row(t).array() * x.qkv.row(s).array()).transpose();
+      dqkv_at(s).array() += dpre.row(t).array() * w.conv.col(j).transpose().array();
+      gr.dconv.col(j).array() += (dpre.row(t).array() * detail::qkv_at(dims, x, s).array()).transpose();
     }
+  // The carried conv state is the raw rows at positions T-(K-1) .. T-1.
+  if (dcs)
+    for (int r = 0; r < K - 1; ++r) dqkv_at(T - (K - 1) + r) += dcarry->conv_state.row(r);
   return gr;
 }
 
