@@ -33,7 +33,9 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
   return {.conv_fwd = make_pipeline(dev, "conv_fwd", spirv::conv_fwd, {conv_taps}),
           .conv_bwd = make_pipeline(dev, "conv_bwd", spirv::conv_bwd, {conv_taps}),
-          .gate_prep = make_pipeline(dev, "gate_prep", spirv::gate_prep)};
+          .gate_prep = make_pipeline(dev, "gate_prep", spirv::gate_prep),
+          .param_part = make_pipeline(dev, "param_part", spirv::param_part),
+          .param_sum = make_pipeline(dev, "param_sum", spirv::param_sum, {conv_taps})};
 }
 
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {

@@ -51,14 +51,17 @@ struct ShaderRef {
 std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderRef> shaders,
                            const std::vector<std::uint32_t>& spec, const std::string& hint);
 
-/// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's backward.
+/// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's
+/// backward, and the parameters' gradients (param_part, param_sum).
 struct CommonKernels {
-  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep;
+  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum;
 };
 /// The conv kernels are specialised for `conv_taps` taps.
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).
 constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
+/// Rows (b, t, v-head) per group of param_part (R in shaders/common/param_part.comp).
+constexpr std::uint64_t kParamRows = 64;
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
 /// (shaders/common/conv.glsl).
 inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C, std::uint64_t tokens) {

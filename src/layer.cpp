@@ -51,11 +51,19 @@ const Config& Layer::config() const { return impl_->cfg; }
 Variant Layer::variant() const { return impl_->cfg.variant; }
 Context& Layer::context() const { return *impl_->ctx; }
 void Layer::set_profiling(bool on) { impl_->profiling = on; }
+ParamTensors Layer::params() const { return {impl_->conv, impl_->a_log, impl_->dt_bias, impl_->norm}; }
+void Layer::set_params(const Params& p) {
+  impl_->validate_config(p);  // every size checked before anything is written
+  impl_->conv.upload(p.conv);
+  impl_->a_log.upload(p.a_log);
+  impl_->dt_bias.upload(p.dt_bias);
+  impl_->norm.upload(p.norm);
+}
 const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timings; }
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.family->scratch_bytes();
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.param_work.bytes() + m.family->scratch_bytes();
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db})
@@ -130,7 +138,8 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
   reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
   reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
   m.backward(tape, m.host_dout, g);
-  return HostGrads{g.dqkv.download(), g.dz.download(), g.da.download(), g.db.download()};
+  return HostGrads{g.dqkv.download(),  g.dz.download(),     g.da.download(),       g.db.download(),
+                   g.dconv.download(), g.da_log.download(), g.ddt_bias.download(), g.dnorm.download()};
 }
 
 }  // namespace gdn

@@ -54,6 +54,7 @@ struct LayerImpl {
   std::unique_ptr<Family> family;
   BufferSet scratch_fwd;  // for forwards without a tape
   BufferSet bwd;          // the backward's workspace
+  BufferSet param_work;   // the parameter-gradient passes' partial sums (conv_bwd's, param_part's)
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
   DeviceInputs host_in;
   Tensor host_out, host_dout;
@@ -124,6 +125,37 @@ struct LayerImpl {
     f.B = B;
     f.T = T;
     f.keep = keep;
+  }
+
+  // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,
+  // K, C]; param_part's per group of rows, [groups, D].
+  void ensure_param_work(int B, int T) {
+    if (param_work.B == B && param_work.T == T && !param_work.empty()) return;
+    param_work = BufferSet{};
+    const std::size_t blocks = std::size_t(B) * ((T + kConvBwdTokens - 1) / kConvBwdTokens);
+    const std::size_t groups = (std::size_t(B) * T * cfg.nv + kParamRows - 1) / kParamRows;
+    param_work.buffers.push_back(dev.create_buffer("dconv per block", blocks * cfg.conv_taps * cfg.channels() * kF));
+    param_work.buffers.push_back(dev.create_buffer("dnorm per group of rows", groups * kHeadDim * kF));
+    param_work.B = B;
+    param_work.T = T;
+  }
+
+  // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
+  // da_log from da (shaders/common/param_part.comp, param_sum.comp).
+  void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
+    const auto& k = family->common_kernels();
+    const auto t = family->norm_tape(st.fwd);
+    const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true);
+    const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
+    r.dispatch(*k.param_part, {view(dout), view(t.o), view(t.inv), view(st.inputs.z), view(param_work[1])}, pc,
+               (rows + kParamRows - 1) / kParamRows);
+    r.mark("param_part");
+    const std::uint64_t outputs = std::uint64_t(cfg.channels()) * cfg.conv_taps + kHeadDim + 2 * std::uint64_t(cfg.nv);
+    r.dispatch(*k.param_sum,
+               {view(param_work[0]), view(param_work[1]), view(g.da), view(t.gates), view(g.dconv), view(g.dnorm),
+                view(g.ddt_bias), view(g.da_log)},
+               pc, (outputs + 63) / 64);
+    r.mark("param_sum");
   }
 
   // ---- checks ----
@@ -231,12 +263,21 @@ struct LayerImpl {
     alloc(g.dz, "dz", {B, T, cfg.value_dim()});
     alloc(g.da, "da", {B, T, cfg.nv});
     alloc(g.db, "db", {B, T, cfg.nv});
+    alloc(g.dconv, "dconv", {cfg.channels(), cfg.conv_taps});
+    alloc(g.da_log, "da_log", {cfg.nv});
+    alloc(g.ddt_bias, "ddt_bias", {cfg.nv});
+    alloc(g.dnorm, "dnorm", {kHeadDim});
     check_context(dout);
-    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) check_context(*t);
+    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm}) check_context(*t);
     ensure(bwd, B, T, true, false);
+    ensure_param_work(B, T);
     if (cfg.check_finite) check_inputs_finite("backward", {&dout});
-    run([&](gpu::Recorder& r) { family->record_backward(r, st->inputs, st->fwd, dout, g, bwd); });
-    if (cfg.check_finite) check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db});
+    run([&](gpu::Recorder& r) {
+      family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0]);
+      record_param_grads(r, *st, dout, g);
+    });
+    if (cfg.check_finite)
+      check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm});
   }
 
   static TapeState& tape_state(Tape& t);

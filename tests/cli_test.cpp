@@ -178,9 +178,13 @@ TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
   expect_bitwise("dz", read_out("dz"), {2, 5, 256}, g.dz);
   expect_bitwise("da", read_out("da"), {2, 5, 2}, g.da);
   expect_bitwise("db", read_out("db"), {2, 5, 2}, g.db);
+  expect_bitwise("dconv", read_out("dconv"), {512, pr.cfg.conv_taps}, g.dconv);
+  expect_bitwise("da_log", read_out("da_log"), {2}, g.da_log);
+  expect_bitwise("ddt_bias", read_out("ddt_bias"), {2}, g.ddt_bias);
+  expect_bitwise("dnorm", read_out("dnorm"), {128}, g.dnorm);
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++n;
-  EXPECT_EQ(n, 5u);
+  EXPECT_EQ(n, 9u);
 }
 
 TEST_F(Cli, RunEpsChangesTheResult) {

@@ -66,7 +66,7 @@ class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {
   }
   static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want) {
     const double err = rel_l2(got, want);
-    std::printf("[gdn]   %-5s rel L2 error %.3e\n", what, err);
+    std::printf("[gdn]   %-8s rel L2 error %.3e\n", what, err);
     EXPECT_EQ(count_nonfinite(got), 0u) << what << ": NaN or Inf (unwritten element?)";
     EXPECT_LE(err, kTolerance) << what;
   }
@@ -96,8 +96,10 @@ TEST_P(Parity, DeviceApiMatchesReference) {
   layer.forward(in, out, &tape);
   const Tensor dout = tensor({B, T, cfg.value_dim()}, x.dout, "dout");
   DeviceGrads g{Tensor(ctx, {B, T, cfg.channels()}, "dqkv"), Tensor(ctx, {B, T, cfg.value_dim()}, "dz"),
-                Tensor(ctx, {B, T, cfg.nv}, "da"), Tensor(ctx, {B, T, cfg.nv}, "db")};
-  for (Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db}) t->fill(NAN);
+                Tensor(ctx, {B, T, cfg.nv}, "da"),            Tensor(ctx, {B, T, cfg.nv}, "db"),
+                Tensor(ctx, {cfg.channels(), cfg.conv_taps}, "dconv"), Tensor(ctx, {cfg.nv}, "da_log"),
+                Tensor(ctx, {cfg.nv}, "ddt_bias"),            Tensor(ctx, {kHeadDim}, "dnorm")};
+  for (Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm}) t->fill(NAN);
   layer.backward(tape, dout, g);
 
   std::printf("[gdn] %s, %s:\n", c.name, ran(layer).c_str());
@@ -106,6 +108,10 @@ TEST_P(Parity, DeviceApiMatchesReference) {
   check("dz", g.dz.download(), want.dz);
   check("da", g.da.download(), want.da);
   check("db", g.db.download(), want.db);
+  check("dconv", g.dconv.download(), want.dconv);
+  check("da_log", g.da_log.download(), want.da_log);
+  check("ddt_bias", g.ddt_bias.download(), want.ddt_bias);
+  check("dnorm", g.dnorm.download(), want.dnorm);
 
   // A forward without a tape computes the same output; a second backward from the same tape the
   // same gradients (the backward must not consume its tape), also after a forward of other inputs
@@ -122,6 +128,11 @@ TEST_P(Parity, DeviceApiMatchesReference) {
   layer.backward(tape, dout, g2);
   EXPECT_EQ(g2.dqkv.download(), g.dqkv.download());
   EXPECT_EQ(g2.da.download(), g.da.download());
+  // the parameters' gradients are summed in a fixed order: bitwise the same
+  EXPECT_EQ(g2.dconv.download(), g.dconv.download());
+  EXPECT_EQ(g2.da_log.download(), g.da_log.download());
+  EXPECT_EQ(g2.ddt_bias.download(), g.ddt_bias.download());
+  EXPECT_EQ(g2.dnorm.download(), g.dnorm.download());
 }
 
 TEST_P(Parity, HostApiMatchesReference) {
@@ -140,6 +151,10 @@ TEST_P(Parity, HostApiMatchesReference) {
   check("dz", g.dz, want.dz);
   check("da", g.da, want.da);
   check("db", g.db, want.db);
+  check("dconv", g.dconv, want.dconv);
+  check("da_log", g.da_log, want.da_log);
+  check("ddt_bias", g.ddt_bias, want.ddt_bias);
+  check("dnorm", g.dnorm, want.dnorm);
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
@@ -239,6 +254,81 @@ TEST_F(DeviceTest, PipelinesAreBuiltOncePerContext) {
     third.backward(tape, x.dout);
     EXPECT_EQ(ctx->pipelines_built(), after) << f.name;
   }
+}
+
+// The parameters live on the device and are updated in place: 30 steps of SGD on every parameter
+// (conv, a_log, dt_bias, norm) lower a regression loss towards another layer's output, in every
+// family, with no Layer rebuilt and no pipeline built after the first step.
+TEST_F(DeviceTest, TrainsEveryParameterInPlace) {
+  auto ctx = context();
+  for (const Family& f : {kPerHead, kSubgroup, kChunked}) {
+    const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .rms_eps = 1e-6f, .variant = f.variant};
+    const int B = 2, T = 12;
+    const Batch x = random_batch(cfg, B, T, 62);
+    std::vector<float> target;
+    {
+      Layer teacher(ctx, cfg, random_params(cfg, 63));
+      target = teacher.forward(B, T, {x.qkv, x.z, x.a, x.b});
+    }
+    Params p = random_params(cfg, 61);
+    Layer layer(ctx, cfg, p);
+    double first = 0, last = 0;
+    std::size_t built = 0;
+    for (int step = 0; step < 30; ++step) {
+      Tape tape;
+      const std::vector<float> out = layer.forward(B, T, {x.qkv, x.z, x.a, x.b}, &tape);
+      std::vector<float> dout(out.size());
+      double loss = 0;
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        dout[i] = out[i] - target[i];
+        loss += 0.5 * double(dout[i]) * dout[i];
+      }
+      (step == 0 ? first : last) = loss;
+      const HostGrads g = layer.backward(tape, dout);
+      const float lr = 0.02f;
+      auto sgd = [&](std::vector<float>& w, const std::vector<float>& dw) {
+        ASSERT_EQ(w.size(), dw.size());
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] -= lr * dw[i];
+      };
+      sgd(p.conv, g.dconv);
+      sgd(p.a_log, g.da_log);
+      sgd(p.dt_bias, g.ddt_bias);
+      sgd(p.norm, g.dnorm);
+      layer.set_params(p);
+      if (step == 0) built = ctx->pipelines_built();
+    }
+    std::printf("[gdn] %s: loss %.4g -> %.4g over 30 steps\n", f.name, first, last);
+    EXPECT_LT(last, 0.5 * first) << f.name;
+    EXPECT_EQ(ctx->pipelines_built(), built) << f.name;
+  }
+}
+
+// Layer::params() are the layer's own buffers: writing one changes what the layer computes, exactly
+// as a layer made with those parameters; set_params refuses a wrong size before writing anything.
+TEST_F(DeviceTest, ParamsAreTheLayersBuffers) {
+  auto ctx = context();
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 3};
+  Params p = random_params(cfg, 71);
+  Layer layer(ctx, cfg, p);
+  const Batch x = random_batch(cfg, 1, 9, 72);
+  const auto before = layer.forward(1, 9, {x.qkv, x.z, x.a, x.b});
+  Params q = p;
+  for (auto& w : q.norm) w *= 1.5f;
+  q.a_log[1] += 0.25f;
+  layer.params().norm.upload(q.norm);
+  layer.params().a_log.upload(q.a_log);
+  EXPECT_EQ(layer.params().norm.download(), q.norm);
+  Layer fresh(ctx, cfg, q);
+  const auto after = layer.forward(1, 9, {x.qkv, x.z, x.a, x.b});
+  EXPECT_EQ(after, fresh.forward(1, 9, {x.qkv, x.z, x.a, x.b}));
+  EXPECT_NE(after, before);
+
+  Params bad = p;
+  bad.dt_bias.pop_back();
+  EXPECT_THROW(layer.set_params(bad), std::invalid_argument);
+  EXPECT_EQ(layer.forward(1, 9, {x.qkv, x.z, x.a, x.b}), after) << "a refused set_params wrote something";
+  layer.set_params(p);
+  EXPECT_EQ(layer.forward(1, 9, {x.qkv, x.z, x.a, x.b}), before);
 }
 
 // The pipeline cache outlives the process in a file (GDN_PIPELINE_CACHE here): a Context that built

@@ -61,6 +61,7 @@ inline Batch random_batch(const Config& cfg, int B, int T, std::uint64_t seed) {
 /// Reference outputs and gradients of a whole batch, float64, laid out like the device's.
 struct Expected {
   std::vector<double> out, dqkv, dz, da, db;
+  std::vector<double> dconv, da_log, ddt_bias, dnorm;  // summed over the windows
 };
 
 inline reference::Mat window(const std::vector<float>& v, int b, int T, int cols) {
@@ -83,6 +84,9 @@ inline Expected reference_batch(const Config& cfg, const Params& p, const Batch&
   w.dt_bias = Eigen::Map<const Eigen::VectorXf>(p.dt_bias.data(), cfg.nv).cast<double>();
   w.norm = Eigen::Map<const Eigen::VectorXf>(p.norm.data(), kHeadDim).cast<double>();
   Expected e;
+  reference::Mat dconv = reference::Mat::Zero(cfg.channels(), cfg.conv_taps);
+  reference::Vec da_log = reference::Vec::Zero(cfg.nv), ddt_bias = reference::Vec::Zero(cfg.nv),
+                 dnorm = reference::Vec::Zero(kHeadDim);
   for (int b = 0; b < B; ++b) {
     reference::Window win{window(x.qkv, b, T, cfg.channels()), window(x.z, b, T, cfg.value_dim()),
                           window(x.a, b, T, cfg.nv), window(x.b, b, T, cfg.nv)};
@@ -92,7 +96,15 @@ inline Expected reference_batch(const Config& cfg, const Params& p, const Batch&
     append(e.dz, g.dz);
     append(e.da, g.da);
     append(e.db, g.db);
+    dconv += g.dconv;
+    da_log += g.da_log;
+    ddt_bias += g.ddt_bias;
+    dnorm += g.dnorm;
   }
+  append(e.dconv, dconv);
+  e.da_log.assign(da_log.data(), da_log.data() + da_log.size());
+  e.ddt_bias.assign(ddt_bias.data(), ddt_bias.data() + ddt_bias.size());
+  e.dnorm.assign(dnorm.data(), dnorm.data() + dnorm.size());
   return e;
 }
 

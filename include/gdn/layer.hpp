@@ -80,7 +80,7 @@ struct FamilySupport {
 /// first that runs. Throws std::invalid_argument for a config out of bounds (Config::check).
 std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg);
 
-/// The frozen parameters, float32.
+/// The layer's parameters, float32 (on the device: Layer::params()).
 struct Params {
   std::vector<float> conv;     // [C, K], tap j reads position t-(K-1)+j
   std::vector<float> a_log;    // [nv]
@@ -96,21 +96,35 @@ struct HostInputs {
   std::span<const float> b;    // [B, T, nv]
 };
 
-/// Through-gradients into the four input streams.
+/// Gradients into the four input streams, and the parameters' (summed over the windows and tokens
+/// of the call in a fixed order: two runs give bitwise the same sums).
 struct HostGrads {
   std::vector<float> dqkv;  // [B, T, C]
   std::vector<float> dz;    // [B, T, nv*D]
   std::vector<float> da;    // [B, T, nv]
   std::vector<float> db;    // [B, T, nv]
+  std::vector<float> dconv;     // [C, K]
+  std::vector<float> da_log;    // [nv]
+  std::vector<float> ddt_bias;  // [nv]
+  std::vector<float> dnorm;     // [D]
 };
 
 /// Device-resident inputs; B and T come from qkv's shape [B, T, C].
 struct DeviceInputs {
   Tensor qkv, z, a, b;
 };
-/// Device-resident gradients; empty tensors are allocated by backward().
+/// Device-resident gradients (as HostGrads'); empty tensors are allocated by backward().
 struct DeviceGrads {
   Tensor dqkv, dz, da, db;
+  Tensor dconv, da_log, ddt_bias, dnorm;
+};
+/// The layer's parameters on the device: handles to the buffers its kernels read, which the caller
+/// may read and overwrite between calls (an optimizer step of its own), at no pipeline cost.
+struct ParamTensors {
+  Tensor conv;     // [C, K]
+  Tensor a_log;    // [nv]
+  Tensor dt_bias;  // [nv]
+  Tensor norm;     // [D]
 };
 
 /// GPU time of one kernel of the last call (with profiling on).
@@ -171,6 +185,11 @@ class Layer {
   /// Writes out [B, T, nv*D] (allocated if empty). With a tape, records what backward() needs.
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr);
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads);
+
+  /// The parameters as device tensors (shared, not copied: writes to them change the layer's).
+  ParamTensors params() const;
+  /// Uploads new parameters (sizes as the constructor's); no pipeline is rebuilt.
+  void set_params(const Params& params);
 
   /// With profiling on, every call times each kernel with GPU timestamp queries.
   void set_profiling(bool on);

@@ -4,6 +4,9 @@
 // feeds the conv outputs t + (K-1) - j through tap j:
 //   dqkv[b,t,c] = sum_j dpre[b, t+(K-1)-j, c] * conv[c,j]   (terms past the window's end are zero)
 // The K-1 outputs after the block (its halo) are recomputed, not read from a neighbour.
+// It also sums the block's share of the conv weights' gradient, dconv[c, j] = sum_t dpre[t, c] *
+// qkv[t-(K-1)+j, c] over the block's own outputs t, into dconv_part (param_sum.comp adds the blocks
+// in a fixed order).
 // The build with DV_FROM_YV (the chunked backward on the matrix units) makes the v channels' dy as
 // it reads it, dv = beta Yv from chunk_dstate_mma's Yv, which writes no dv.
 #include "common.glsl"
@@ -13,9 +16,10 @@ layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, 
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) readonly buffer Dy { vec4 dy4[]; };      // [B, T, C] grad of y
 layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, C]
+layout(set = 0, binding = 4) writeonly buffer DconvPart { vec4 dconv_part4[]; };  // [B, ceil(T/TB), K, C/4] per block
 #ifdef DV_FROM_YV
-layout(set = 0, binding = 4) readonly buffer Yv4 { vec4 yv4[]; };     // [B, T, nv*D/4] Yv (dv = beta Yv)
-layout(set = 0, binding = 5) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
+layout(set = 0, binding = 5) readonly buffer Yv4 { vec4 yv4[]; };     // [B, T, nv*D/4] Yv (dv = beta Yv)
+layout(set = 0, binding = 6) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 #endif
 
 #include "conv.glsl"
@@ -40,8 +44,11 @@ void main() {
   const int t_end = int(min(k.t0 + TB, pc.t));  // one past the block's last token
   // x[j]: the input at u - (K-1) + j while dpre(u) is made; dp[j]: dpre at t + (K-1) - j for the
   // raw position t being finished (dp[0] is the furthest ahead). Outputs at or past T have dpre 0.
-  vec4 x[KT], dp[KT];
-  [[unroll]] for (uint j = 0u; j < KT; ++j) dp[j] = vec4(0.0);
+  vec4 x[KT], dp[KT], dw[KT];  // dw[j]: the block's sum of dpre * input for tap j
+  [[unroll]] for (uint j = 0u; j < KT; ++j) {
+    dp[j] = vec4(0.0);
+    dw[j] = vec4(0.0);
+  }
   // Walk u from the last output that reads the block (t_end - 1 + K - 1) down to the block's start;
   // u's inputs are u - (K-1) .. u, read from the newest down: keep them in x, shifting right.
   const int u_hi = min(t_end - 1 + int(KT - 1u), int(pc.t) - 1);
@@ -57,6 +64,8 @@ void main() {
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
     dp[KT - 1u] = dy_at(k, u) * silu_bwd(pre);
+    if (u < t_end)  // the block's own outputs (the halo's are its neighbour's)
+      [[unroll]] for (uint j = 0u; j < KT; ++j) dw[j] = fma(dp[KT - 1u], x[j], dw[j]);
     // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
     if (u < t_end) {
       vec4 acc = vec4(0.0);
@@ -65,4 +74,6 @@ void main() {
     }
     [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
   }
+  const uint blk = k.b * ((pc.t + TB - 1u) / TB) + k.t0 / TB, c4n = pc.c_dim / 4u;
+  [[unroll]] for (uint j = 0u; j < KT; ++j) dconv_part4[(blk * KT + j) * c4n + k.c4] = dw[j];
 }

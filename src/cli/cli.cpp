@@ -49,7 +49,8 @@ const char* const kRunUsage =
     "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
     "          a_log.npy, dt_bias.npy [nv]  norm.npy [128]   (+ dout.npy [B,T,nv*128] with --backward)\n"
     "          where C = (2*nk + nv)*128 and nv is a multiple of nk; B, T, nv, nk, K come from the shapes\n"
-    "  writes  out.npy [B,T,nv*128]   (+ dqkv.npy dz.npy da.npy db.npy, shaped like the inputs)\n"
+    "  writes  out.npy [B,T,nv*128]   (+ dqkv.npy dz.npy da.npy db.npy, shaped like the inputs, and\n"
+    "          dconv.npy da_log.npy ddt_bias.npy dnorm.npy, shaped like the parameters, with --backward)\n"
     "\n"
     "  --in DIR          directory holding the input files\n"
     "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
@@ -515,6 +516,8 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
   auto ctx = Context::create();
   const Config cfg = config_of(p, o);
+  const Shape conv_shape = p.conv.shape, a_log_shape = p.a_log.shape, dt_bias_shape = p.dt_bias.shape,
+              norm_shape = p.norm.shape;
   Params params{std::move(p.conv.data), std::move(p.a_log.data), std::move(p.dt_bias.data),
                 std::move(p.norm.data)};
   Layer layer(ctx, cfg, params);
@@ -530,6 +533,10 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     outputs.push_back({"dz", p.z.shape, std::move(g.dz)});
     outputs.push_back({"da", p.a.shape, std::move(g.da)});
     outputs.push_back({"db", p.b.shape, std::move(g.db)});
+    outputs.push_back({"dconv", conv_shape, std::move(g.dconv)});
+    outputs.push_back({"da_log", a_log_shape, std::move(g.da_log)});
+    outputs.push_back({"ddt_bias", dt_bias_shape, std::move(g.ddt_bias)});
+    outputs.push_back({"dnorm", norm_shape, std::move(g.dnorm)});
   }
   write_outputs(o.out, outputs);
 

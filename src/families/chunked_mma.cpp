@@ -75,6 +75,9 @@ class ChunkedMatrix final : public Family {
             {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
   }
 
+  NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
+  const CommonKernels& common_kernels() const override { return common_; }
+
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) override {
     const Push pc = push(cfg_, f.B, f.T, f.keep);
     // v: only the forward reads it (the backward reads X in its place), so no tape keeps it
@@ -96,7 +99,7 @@ class ChunkedMatrix final : public Family {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w) override {
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
     const Push pc = push(cfg_, f.B, f.T, true);
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv;
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
@@ -127,7 +130,8 @@ class ChunkedMatrix final : public Family {
                pc, (rows + 3) / 4);
     r.mark("qk_bwd2");
     // dv = beta Yv, made as conv_bwd reads it (the pair pass left Yv, not dv, for the v channels)
-    r.dispatch(*conv_bwd_yv_, {view(in.qkv), view(p_.conv), view(w[kDy]), view(g.dqkv), view(w[kYv]), view(f[kGates])},
+    r.dispatch(*conv_bwd_yv_,
+               {view(in.qkv), view(p_.conv), view(w[kDy]), view(g.dqkv), view(dconv_part), view(w[kYv]), view(f[kGates])},
                pc, conv_groups(pc.nb, pc.t, std::uint64_t(cfg_.channels()), kConvBwdTokens));
     r.mark("conv_bwd");
   }

@@ -63,11 +63,20 @@ class Family {
   virtual std::vector<BufferDecl> backward_buffers(int B, int T) const = 0;
   /// Records a forward into r: out from `in`, writing f (forward_buffers' set).
   virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) = 0;
-  /// Records a backward: the gradients g from dout and the tape (its inputs and forward set), with
-  /// the workspace w (backward_buffers' set).
+  /// Records a backward: the input gradients of g (dqkv, dz, da, db) from dout and the tape (its
+  /// inputs and forward set), with the workspace w (backward_buffers' set); its conv backward leaves
+  /// its blocks' sums of dconv in dconv_part (the layer's param passes sum them).
   virtual void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                               const DeviceGrads& g, const BufferSet& w) = 0;
+                               const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) = 0;
+  /// What the layer's parameter-gradient passes read of a tape: o before the norm [B, T, nv*D], 1/rms
+  /// [B, T, nv] and the gates [3][B, T, nv] (g, beta, a + dt_bias).
+  struct NormTape {
+    const gpu::Buffer &o, &inv, &gates;
+  };
+  virtual NormTape norm_tape(const BufferSet& f) const = 0;
 
+  /// The common kernels it built (the layer records the parameter-gradient passes with them).
+  virtual const CommonKernels& common_kernels() const = 0;
   /// Device memory the family keeps beyond the tapes and the workspace (scratch of its own).
   virtual std::size_t scratch_bytes() const { return 0; }
 
@@ -104,8 +113,9 @@ inline void record_gate_prep(gpu::Recorder& r, const CommonKernels& k, const Con
   r.mark("gate_prep");
 }
 inline void record_conv_bwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
-                            const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g, const Push& pc) {
-  r.dispatch(*k.conv_bwd, {view(in.qkv), view(p.conv), view(dy), view(g.dqkv)}, pc,
+                            const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g,
+                            const gpu::Buffer& dconv_part, const Push& pc) {
+  r.dispatch(*k.conv_bwd, {view(in.qkv), view(p.conv), view(dy), view(g.dqkv), view(dconv_part)}, pc,
              conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvBwdTokens));
   r.mark("conv_bwd");
 }

@@ -38,6 +38,9 @@ class PerHead final : public Family {
             {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
   }
 
+  NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
+  const CommonKernels& common_kernels() const override { return common_; }
+
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) override {
     const Push pc = push(cfg_, f.B, f.T, f.keep);
     record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
@@ -50,7 +53,7 @@ class PerHead final : public Family {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w) override {
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
     const Push pc = push(cfg_, f.B, f.T, true);
     r.dispatch(*rec_bwd_,
                {view(f[kY]), view(f[kQkn]), view(f[kGates]), view(in.z), view(p_.norm), view(f[kO]), view(f[kInv]),
@@ -61,7 +64,7 @@ class PerHead final : public Family {
     r.dispatch(*qk_bwd_, {view(f[kQkn]), view(f[kNq]), view(w[kDqk]), view(w[kDy])}, pc,
                std::uint64_t(f.B) * f.T * cfg_.nk);
     r.mark("qk_bwd");
-    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, pc);
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 
  private:

@@ -86,7 +86,7 @@ class Subgroup final : public ColumnSplitFamily {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w) override {
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
     const Push pc = push(cfg_, f.B, f.T, true);
     record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
     r.dispatch(backward_for(pc.cs),
@@ -101,7 +101,7 @@ class Subgroup final : public ColumnSplitFamily {
                 view(g.db), view(f[kKv]), view(f[kQkn])},
                pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
     r.mark("qk_bwd2");
-    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, pc);
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 
  private:
