@@ -53,6 +53,7 @@ Context& Layer::context() const { return *impl_->ctx; }
 void Layer::set_profiling(bool on) { impl_->profiling = on; }
 ParamTensors Layer::params() const { return {impl_->conv, impl_->a_log, impl_->dt_bias, impl_->norm}; }
 void Layer::set_params(const Params& p) {
+  const std::lock_guard lock(impl_->calls);
   impl_->validate_config(p);  // every size checked before anything is written
   impl_->conv.upload(p.conv);
   impl_->a_log.upload(p.a_log);
@@ -71,9 +72,15 @@ std::size_t Layer::workspace_bytes() const {
   return n;
 }
 
-void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape) { impl_->forward(in, out, tape); }
+void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape) {
+  const std::lock_guard lock(impl_->calls);
+  impl_->forward(in, out, tape);
+}
 
-void Layer::backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads) { impl_->backward(tape, dout, grads); }
+void Layer::backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads) {
+  const std::lock_guard lock(impl_->calls);
+  impl_->backward(tape, dout, grads);
+}
 
 namespace {
 /// Reuses `t` when it already has `shape`, else allocates.
@@ -84,6 +91,7 @@ void reuse(Tensor& t, const std::shared_ptr<Context>& ctx, std::vector<std::int6
 
 std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, Tape* tape) {
   auto& m = *impl_;
+  const std::lock_guard lock(m.calls);
   if (batch < 1 || tokens < 1)
     throw std::invalid_argument("forward: batch = " + std::to_string(batch) + " and tokens = " + std::to_string(tokens) +
                                 " must both be >= 1");
@@ -124,6 +132,7 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
 
 HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
   auto& m = *impl_;
+  const std::lock_guard lock(m.calls);
   const auto* st = detail::LayerImpl::tape_state_ptr(tape);
   m.check_tape(st);
   const std::int64_t B = st->fwd.B, T = st->fwd.T;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 #include <string_view>
 
@@ -61,6 +62,9 @@ struct LayerImpl {
   DeviceGrads host_grads;
   bool profiling = false;
   std::vector<KernelTime> timings;
+  // Held by every call of the public Layer: threads sharing a layer take turns (its workspaces and
+  // host staging are one per layer).
+  std::recursive_mutex calls;
 
   LayerImpl(std::shared_ptr<Context> c, const Config& config, const Params& p)
       : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {

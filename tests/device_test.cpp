@@ -10,7 +10,9 @@
 // prints what it reached); the bound leaves room for longer windows, not for wrong math: a single
 // wrong element of a few hundred, or an unwritten (NaN-poisoned) one, fails it.
 #include <cstdio>
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "test_support.hpp"
 
@@ -329,6 +331,41 @@ TEST_F(DeviceTest, ParamsAreTheLayersBuffers) {
   EXPECT_EQ(layer.forward(1, 9, {x.qkv, x.z, x.a, x.b}), after) << "a refused set_params wrote something";
   layer.set_params(p);
   EXPECT_EQ(layer.forward(1, 9, {x.qkv, x.z, x.a, x.b}), before);
+}
+
+// Threads sharing a Context (each its own Layer) and sharing one Layer take turns: every thread gets
+// exactly what one thread alone gets, with no hang and no crash.
+TEST_F(DeviceTest, ThreadsShareAContextAndALayer) {
+  auto ctx = context();
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4};
+  const Params p = random_params(cfg, 81);
+  const Batch x = random_batch(cfg, 1, 10, 82);
+  Layer shared(ctx, cfg, p);
+  std::vector<float> want_out;
+  HostGrads want;
+  {
+    Tape tape;
+    want_out = shared.forward(1, 10, {x.qkv, x.z, x.a, x.b}, &tape);
+    want = shared.backward(tape, x.dout);
+  }
+  std::atomic<int> wrong{0};
+  auto work = [&](Layer* layer) {
+    std::unique_ptr<Layer> own;
+    if (!layer) {
+      own = std::make_unique<Layer>(ctx, cfg, p);
+      layer = own.get();
+    }
+    for (int i = 0; i < 8; ++i) {
+      Tape tape;
+      const auto out = layer->forward(1, 10, {x.qkv, x.z, x.a, x.b}, &tape);
+      const HostGrads g = layer->backward(tape, x.dout);
+      wrong += out != want_out || g.dqkv != want.dqkv || g.dnorm != want.dnorm;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) threads.emplace_back(work, t % 2 ? &shared : nullptr);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 // The pipeline cache outlives the process in a file (GDN_PIPELINE_CACHE here): a Context that built

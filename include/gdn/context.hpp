@@ -18,7 +18,7 @@ struct Access;  // the library's own way in (src/detail.hpp)
 }
 
 /// A Vulkan device and what the library keeps on it (pipelines, the pipeline cache). Share one
-/// Context between the layers of a model. Not thread-safe: use it from one thread at a time.
+/// Context between the layers of a model. Threads may share it: its calls take turns.
 class Context {
  public:
   struct Options {

@@ -362,6 +362,7 @@ std::uint32_t Device::memory_type(std::uint32_t type_bits, vk::MemoryPropertyFla
 }
 
 std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t bytes) {
+  const std::lock_guard lock(mutex_);
   bytes = std::max<std::size_t>(bytes, 4);
   if (bytes > info_.max_storage_buffer_range)
     throw Error("buffer '" + name + "' needs " + bytes_str(bytes) + " (" + std::to_string(bytes) +
@@ -436,6 +437,7 @@ void Device::copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_
 }
 
 void Device::upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset) {
+  const std::lock_guard lock(mutex_);
   if (offset + src.size() > dst.bytes)
     throw std::out_of_range("upload of " + std::to_string(src.size()) + " bytes at " + std::to_string(offset) +
                             " overruns buffer '" + dst.name + "' of " + std::to_string(dst.bytes));
@@ -454,6 +456,7 @@ void Device::upload(const Buffer& dst, std::span<const std::byte> src, std::size
 }
 
 void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t offset) {
+  const std::lock_guard lock(mutex_);
   if (offset + dst.size() > src.bytes)
     throw std::out_of_range("download of " + std::to_string(dst.size()) + " bytes at " + std::to_string(offset) +
                             " overruns buffer '" + src.name + "' of " + std::to_string(src.bytes));

@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,7 +38,7 @@ struct Buffer {
   vk::raii::Buffer buffer = nullptr;
   vk::raii::DeviceMemory memory = nullptr;
   // The device's count of the bytes its buffers hold, which this one's memory is part of until it goes.
-  std::shared_ptr<std::size_t> held;
+  std::shared_ptr<std::atomic<std::size_t>> held;
   std::size_t held_bytes = 0;
 
   Buffer() = default;
@@ -114,6 +116,7 @@ struct Interval {
   double ms = 0;
 };
 
+/// A Vulkan device and its queue. Safe to share between threads: calls take turns.
 class Device {
  public:
   explicit Device(const DeviceOptions& opts);
@@ -181,7 +184,10 @@ class Device {
   bool pipeline_stats_ = false;
   DeviceInfo info_;
   vk::PhysicalDeviceMemoryProperties memory_props_{};
-  std::shared_ptr<std::size_t> allocated_ = std::make_shared<std::size_t>(0);  // bytes the live buffers hold
+  std::shared_ptr<std::atomic<std::size_t>> allocated_ = std::make_shared<std::atomic<std::size_t>>(0);  // bytes the live buffers hold
+  // Every entry point that touches the device's queue, command buffer, pools or caches holds it, so
+  // that threads sharing a Context take turns (a buffer's destruction needs none: its count is atomic).
+  std::recursive_mutex mutex_;
   std::function<void(std::string_view)> on_validation_error_;
 };
 

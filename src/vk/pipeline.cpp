@@ -15,6 +15,7 @@ namespace gdn::gpu {
 // ---- pipelines -------------------------------------------------------------------------------------
 
 std::shared_ptr<Pipeline> Device::pipeline(const PipelineDesc& d) {
+  const std::lock_guard lock(mutex_);
   std::string key = d.name + '|' + std::to_string(reinterpret_cast<std::uintptr_t>(d.spirv.data())) + '|' +
                     std::to_string(d.spirv.size()) + '|' + std::to_string(d.push_constant_bytes) + '|' +
                     std::to_string(d.required_subgroup_size) + '|' + std::to_string(d.full_subgroups);
@@ -25,6 +26,7 @@ std::shared_ptr<Pipeline> Device::pipeline(const PipelineDesc& d) {
 }
 
 std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
+  const std::lock_guard lock(mutex_);
   ++pipelines_built_;
   // The interface as the SPIR-V declares it under these constants: nothing is mirrored by hand.
   ShaderInterface iface;

@@ -76,6 +76,7 @@ void Recorder::mark(std::string label) {
 }
 
 std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
+  const std::lock_guard lock(mutex_);
   if (timed && !*query_pool_) throw Error("device '" + info_.name + "' has no timestamp queries on its compute queue");
   Recorder rec(*this, cmd_);
   std::vector<Interval> out;
