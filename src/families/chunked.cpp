@@ -64,13 +64,7 @@ class Chunked final : public ColumnSplitFamily {
     r.mark("chunk_values");
     r.dispatch(*chunk_grads_, views, pc, chunks);
     r.mark("chunk_grads");
-    // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
-    const std::uint64_t rows_per_group = 128 / sg_;
-    r.dispatch(*qk_bwd_,
-               {view(f[kY]), view(f[kNq]), view(w[kDqk]), view(f[kGates]), view(p_.a_log), view(w[kDy]), view(g.da),
-                view(g.db), view(f[kKv]), view(f[kQkn])},
-               pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
-    r.mark("qk_bwd2");
+    record_qk_bwd(r, *qk_bwd_, f, w[kDqk], w[kDy], g, pc);
     record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 

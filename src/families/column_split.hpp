@@ -27,6 +27,10 @@ class ColumnSplitFamily : public Family {
   void record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
                        const DeviceGrads& g, const gpu::Buffer& do_, const Push& pc) const;
 
+  /// qk_bwd2 (either build): the records' dq^, dk^ through the l2 norms into dy, da and db.
+  void record_qk_bwd(gpu::Recorder& r, const gpu::Pipeline& qk_bwd, const BufferSet& f, const gpu::Buffer& dqk,
+                     const gpu::Buffer& dy, const DeviceGrads& g, const Push& pc) const;
+
   gpu::Device& dev_;
   const Config cfg_;
   const LayerParams p_;

@@ -49,6 +49,18 @@ void ColumnSplitFamily::record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in
   r.mark("norm_bwd2");
 }
 
+void ColumnSplitFamily::record_qk_bwd(gpu::Recorder& r, const gpu::Pipeline& qk_bwd, const BufferSet& f,
+                                      const gpu::Buffer& dqk, const gpu::Buffer& dy, const DeviceGrads& g,
+                                      const Push& pc) const {
+  // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
+  const std::uint64_t rows_per_group = 128 / sg_;
+  r.dispatch(qk_bwd,
+             {view(f[kY]), view(f[kNq]), view(dqk), view(f[kGates]), view(p_.a_log), view(dy), view(g.da), view(g.db),
+              view(f[kKv]), view(f[kQkn])},
+             pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
+  r.mark("qk_bwd2");
+}
+
 namespace {
 
 /// Words per (token, v-head, column block) record of rec_bwd2's partials: dq^ 128, dk^ 128, dg.
@@ -94,13 +106,7 @@ class Subgroup final : public ColumnSplitFamily {
                 view(w[kDy])},
                pc, std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
     r.mark("rec_bwd2");
-    // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
-    const std::uint64_t rows_per_group = 128 / sg_;
-    r.dispatch(*qk_bwd2_,
-               {view(f[kY]), view(f[kNq]), view(w[kDqk]), view(f[kGates]), view(p_.a_log), view(w[kDy]), view(g.da),
-                view(g.db), view(f[kKv]), view(f[kQkn])},
-               pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
-    r.mark("qk_bwd2");
+    record_qk_bwd(r, *qk_bwd2_, f, w[kDqk], w[kDy], g, pc);
     record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 
