@@ -26,17 +26,18 @@ constexpr std::uint32_t kUniform = 2, kWorkgroup = 4, kPushConstant = 9, kStorag
 
 struct Module {
   std::string name;
-  std::map<std::uint32_t, std::vector<std::uint32_t>> defs;  // result id -> its instruction's words
+  using Words = std::span<const std::uint32_t>;  // one instruction, within the module
+  std::map<std::uint32_t, Words> defs;  // result id -> its instruction
   std::map<std::uint32_t, std::uint32_t> spec_id, binding, set;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> member_offset;  // (struct, member) -> offset
-  std::vector<std::vector<std::uint32_t>> variables;
+  std::vector<Words> variables;
   std::span<const std::uint32_t> spec;
   std::map<std::uint32_t, std::uint64_t> values;  // evaluated constants
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error("SPIR-V of " + name + ": " + what);
   }
-  const std::vector<std::uint32_t>& def(std::uint32_t id) const {
+  Words def(std::uint32_t id) const {
     const auto it = defs.find(id);
     if (it == defs.end()) fail("id " + std::to_string(id) + " is used but not defined");
     return it->second;
@@ -46,7 +47,7 @@ struct Module {
   // included (booleans as 0 or 1).
   std::uint64_t value(std::uint32_t id) {
     if (const auto it = values.find(id); it != values.end()) return it->second;
-    const auto& w = def(id);
+    const Words w = def(id);
     const std::uint32_t op = w[0] & 0xFFFFu;
     std::uint64_t v = 0;
     auto specialized = [&](std::uint64_t dflt) {
@@ -66,7 +67,7 @@ struct Module {
     return values[id] = v;
   }
   // OpSpecConstantOp: result type, id, the operation's opcode, its operands (32-bit integers here).
-  std::uint64_t evaluate(const std::vector<std::uint32_t>& w) {
+  std::uint64_t evaluate(Words w) {
     const std::uint32_t op = w[3];
     auto a = [&](std::size_t i) { return std::uint32_t(value(w[4 + i])); };
     auto s = [&](std::size_t i) { return std::int32_t(value(w[4 + i])); };
@@ -108,7 +109,7 @@ struct Module {
 
   // Bytes of a type as Workgroup or push-constant memory holds it.
   std::uint64_t size_of(std::uint32_t type) {
-    const auto& w = def(type);
+    const Words w = def(type);
     switch (w[0] & 0xFFFFu) {
       case kOpTypeBool: return 4;
       case kOpTypeInt:
@@ -142,7 +143,7 @@ ShaderInterface reflect_shader(const std::string& name, std::span<const std::uin
   for (std::size_t at = 5; at < spirv.size();) {
     const std::uint32_t count = spirv[at] >> 16, op = spirv[at] & 0xFFFFu;
     if (count == 0 || at + count > spirv.size()) m.fail("an instruction runs past the module's end");
-    const std::vector<std::uint32_t> w(spirv.begin() + std::ptrdiff_t(at), spirv.begin() + std::ptrdiff_t(at + count));
+    const Module::Words w = spirv.subspan(at, count);
     at += count;
     switch (op) {
       case kOpDecorate:
@@ -173,7 +174,7 @@ ShaderInterface reflect_shader(const std::string& name, std::span<const std::uin
   for (const auto& v : m.variables) {
     const std::uint32_t id = v[2], storage = v[3];
     // the variable's type is a pointer: (OpTypePointer, id, storage class, pointee)
-    const auto& ptr = m.def(v[1]);
+    const Module::Words ptr = m.def(v[1]);
     if ((ptr[0] & 0xFFFFu) != kOpTypePointer) m.fail("variable " + std::to_string(id) + " is not of a pointer type");
     const std::uint32_t pointee = ptr[3];
     if (storage == kWorkgroup) {
