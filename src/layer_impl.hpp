@@ -51,7 +51,6 @@ struct LayerImpl {
   Config cfg;                       // variant and checkpoint_interval resolved to what runs
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
-  const FamilyEntry* entry = nullptr;  // the family that runs (registry())
   std::unique_ptr<Family> family;
   BufferSet scratch_fwd;  // for forwards without a tape
   BufferSet bwd;          // the backward's workspace
@@ -70,12 +69,13 @@ struct LayerImpl {
       : ctx(std::move(c)), dev(device_of(*ctx)), cfg(config) {
     validate_config(p);
     if (const char* e = std::getenv("GDN_CHECK_FINITE"); e && std::string_view(e) == "1") cfg.check_finite = true;
-    const std::uint32_t subgroup_size = resolve_family();
+    const FamilyEntry& entry = resolve_family();
     conv = upload({cfg.channels(), cfg.conv_taps}, "conv", p.conv);
     a_log = upload({cfg.nv}, "a_log", p.a_log);
     dt_bias = upload({cfg.nv}, "dt_bias", p.dt_bias);
     norm = upload({kHeadDim}, "norm", p.norm);
-    family = entry->make(FamilyArgs{dev, cfg, subgroup_size, LayerParams{conv, a_log, dt_bias, norm}});
+    const std::uint32_t subgroup_size = entry.variant == Variant::PerHead ? 0 : choose_subgroup_size(dev.info()).size;
+    family = entry.make(FamilyArgs{dev, cfg, subgroup_size, LayerParams{conv, a_log, dt_bias, norm}});
   }
 
   void validate_config(const Params& p) const {
@@ -89,8 +89,8 @@ struct LayerImpl {
 
   // Picks the family: the first of registry() that runs here (Variant::Auto), or the one asked for
   // (an Error naming why it cannot run). Sets cfg.variant, cfg.checkpoint_interval (0 resolved) and
-  // cfg.matrix_units to what runs, and returns the subgroup size its kernels take.
-  std::uint32_t resolve_family() {
+  // cfg.matrix_units to what runs.
+  const FamilyEntry& resolve_family() {
     const DeviceInfo& info = dev.info();
     const Variant want = cfg.variant;
     for (const auto& e : registry()) {
@@ -98,11 +98,10 @@ struct LayerImpl {
       const int cs = cfg.checkpoint_interval ? cfg.checkpoint_interval : e.default_interval;
       const std::string why = e.why_not(info, cfg, cs);
       if (why.empty()) {
-        entry = &e;
         cfg.variant = e.variant;
         cfg.checkpoint_interval = cs;
         cfg.matrix_units = e.matrix_units;
-        return e.variant == Variant::PerHead ? 0 : choose_subgroup_size(info).size;
+        return e;
       }
       if (e.matrix_units) continue;  // the same family's CUDA-core module comes next
       if (want == e.variant || e.variant == Variant::PerHead)

@@ -72,8 +72,7 @@ class Chunked final : public ColumnSplitFamily {
   std::shared_ptr<gpu::Pipeline> chunk_prep_, chunk_dstate_, chunk_values_, chunk_grads_, qk_bwd_;
 };
 
-}  // namespace
-
+// Why the CUDA-core kernels cannot run chunks of `cs` tokens here ("" where they can).
 std::string chunked_why_not(const DeviceInfo& info, const Config&, int cs) {
   if (auto w = workgroup_why_not(info); !w.empty()) return w;
   const auto sg = choose_subgroup_size(info);
@@ -87,8 +86,9 @@ std::string chunked_why_not(const DeviceInfo& info, const Config&, int cs) {
                         {sg.size, std::uint32_t(cs)}, " (a shorter checkpoint interval needs less)");
 }
 
+}  // namespace
+
 const FamilyEntry kChunkedFamily{
-    .name = "chunked",
     .variant = Variant::Chunked,
     .matrix_units = false,
     .default_interval = kDefaultChunk,

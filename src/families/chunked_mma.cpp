@@ -164,7 +164,6 @@ std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {
 }  // namespace
 
 const FamilyEntry kChunkedMatrixFamily{
-    .name = "chunked (matrix units)",
     .variant = Variant::Chunked,
     .matrix_units = true,
     .default_interval = kDefaultChunk,

@@ -125,7 +125,6 @@ inline std::size_t state_slots(int groups) { return std::size_t(std::max(groups,
 
 /// A family as the registry lists it.
 struct FamilyEntry {
-  const char* name;      // as `gdn info` and errors say it
   Variant variant;       // the Config::variant that asks for it
   bool matrix_units;     // runs on the matrix units (Config::matrix_units asks for it)
   int default_interval;  // its checkpoint interval where the config leaves 0
@@ -140,8 +139,6 @@ std::span<const FamilyEntry> registry();
 
 /// Why no kernel with 256 invocations per workgroup runs on the device ("" where they do).
 std::string workgroup_why_not(const DeviceInfo& info);
-/// Why the chunked family's CUDA-core kernels cannot run chunks of `cs` tokens here ("" where they can).
-std::string chunked_why_not(const DeviceInfo& info, const Config& cfg, int cs);
 
 // The families' entries (each in its module).
 extern const FamilyEntry kPerHeadFamily, kSubgroupFamily, kChunkedFamily, kChunkedMatrixFamily;

@@ -77,7 +77,6 @@ class PerHead final : public Family {
 }  // namespace
 
 const FamilyEntry kPerHeadFamily{
-    .name = "per-head",
     .variant = Variant::PerHead,
     .matrix_units = false,
     .default_interval = kDefaultInterval,

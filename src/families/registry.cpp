@@ -6,12 +6,8 @@
 namespace gdn::detail {
 
 std::span<const FamilyEntry> registry() {
-  static const FamilyEntry* const order[] = {&kChunkedMatrixFamily, &kChunkedFamily, &kSubgroupFamily, &kPerHeadFamily};
-  static const std::vector<FamilyEntry> entries = [] {
-    std::vector<FamilyEntry> v;
-    for (const FamilyEntry* e : order) v.push_back(*e);
-    return v;
-  }();
+  // (copied at the first call, after every module's entry is initialized)
+  static const std::vector<FamilyEntry> entries{kChunkedMatrixFamily, kChunkedFamily, kSubgroupFamily, kPerHeadFamily};
   return entries;
 }
 

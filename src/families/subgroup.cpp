@@ -129,7 +129,6 @@ class Subgroup final : public ColumnSplitFamily {
 }  // namespace
 
 const FamilyEntry kSubgroupFamily{
-    .name = "subgroup",
     .variant = Variant::Subgroup,
     .matrix_units = false,
     .default_interval = kDefaultInterval,

@@ -347,7 +347,7 @@ Device::~Device() {
     // a lost device cannot be waited for; the handles are destroyed all the same
   }
   try {
-    if (pipelines_built_ > 0 && *pipeline_cache_) write_cache(cache_path_, pipeline_cache_.getData());
+    if (pipelines_built_ > 0 && *pipeline_cache_) write_cache(cache_path_, pipeline_cache_data());
   } catch (...) {
     // the cache only saves build time
   }
