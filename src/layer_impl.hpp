@@ -119,12 +119,12 @@ struct LayerImpl {
     return t;
   }
 
-  // Makes f the family's buffers for (B, T, keep) unless it holds them already.
-  void ensure(BufferSet& f, int B, int T, bool keep, bool forward) {
+  // Makes f the buffers `decls()` declares for (B, T, keep) unless it holds them already.
+  template <class Decls>
+  void ensure(BufferSet& f, int B, int T, bool keep, Decls&& decls) {
     if (f.B == B && f.T == T && f.keep == keep && !f.empty()) return;
     f = BufferSet{};  // frees the old buffers before allocating the new ones
-    for (const auto& d : forward ? family->forward_buffers(B, T, keep) : family->backward_buffers(B, T))
-      f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
+    for (const auto& d : decls()) f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
     f.B = B;
     f.T = T;
     f.keep = keep;
@@ -132,15 +132,11 @@ struct LayerImpl {
 
   // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,
   // K, C]; param_part's per group of rows, [groups, D].
-  void ensure_param_work(int B, int T) {
-    if (param_work.B == B && param_work.T == T && !param_work.empty()) return;
-    param_work = BufferSet{};
+  std::vector<BufferDecl> param_buffers(int B, int T) const {
     const std::size_t blocks = std::size_t(B) * ((T + kConvBwdTokens - 1) / kConvBwdTokens);
     const std::size_t groups = (std::size_t(B) * T * cfg.nv + kParamRows - 1) / kParamRows;
-    param_work.buffers.push_back(dev.create_buffer("dconv per block", blocks * cfg.conv_taps * cfg.channels() * kF));
-    param_work.buffers.push_back(dev.create_buffer("dnorm per group of rows", groups * kHeadDim * kF));
-    param_work.B = B;
-    param_work.T = T;
+    return {{"dconv per block", blocks * cfg.conv_taps * std::size_t(cfg.channels())},
+            {"dnorm per group of rows", groups * kHeadDim}};
   }
 
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
@@ -247,7 +243,7 @@ struct LayerImpl {
       st.owns_inputs = false;
       f = &st.fwd;
     }
-    ensure(*f, B, T, tape != nullptr, true);
+    ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b});
     run([&](gpu::Recorder& r) { family->record_forward(r, in, out, *f); });
     if (cfg.check_finite) check_outputs_finite("forward", {&out});
@@ -272,8 +268,8 @@ struct LayerImpl {
     alloc(g.dnorm, "dnorm", {kHeadDim});
     check_context(dout);
     for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm}) check_context(*t);
-    ensure(bwd, B, T, true, false);
-    ensure_param_work(B, T);
+    ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
+    ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("backward", {&dout});
     run([&](gpu::Recorder& r) {
       family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0]);
