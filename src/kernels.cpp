@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "gdn/spirv.hpp"
+#include "gdn/bindings.hpp"
 #include "vk/spirv_reflect.hpp"
 
 namespace gdn::detail {
@@ -31,11 +31,11 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
 }
 
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
-  return {.conv_fwd = make_pipeline(dev, "conv_fwd", spirv::conv_fwd, {conv_taps}),
-          .conv_bwd = make_pipeline(dev, "conv_bwd", spirv::conv_bwd, {conv_taps}),
-          .gate_prep = make_pipeline(dev, "gate_prep", spirv::gate_prep),
-          .param_part = make_pipeline(dev, "param_part", spirv::param_part),
-          .param_sum = make_pipeline(dev, "param_sum", spirv::param_sum, {conv_taps})};
+  return {.conv_fwd = make_pipeline<bindings::conv_fwd>(dev, {conv_taps}),
+          .conv_bwd = make_pipeline<bindings::conv_bwd>(dev, {conv_taps}),
+          .gate_prep = make_pipeline<bindings::gate_prep>(dev),
+          .param_part = make_pipeline<bindings::param_part>(dev),
+          .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps})};
 }
 
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "detail.hpp"
+#include "gdn/bindings.hpp"
 #include "gdn/layer.hpp"
 #include "vk/device.hpp"
 
@@ -40,6 +41,12 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).
 std::shared_ptr<gpu::Pipeline> make_pipeline(gpu::Device& dev, const char* name, std::span<const std::uint32_t> spirv,
                                              std::vector<std::uint32_t> spec = {}, std::uint32_t subgroup_size = 0);
+/// The same for the shader of `Bindings` (gdn::bindings::<shader>), under its own name.
+template <class Bindings>
+std::shared_ptr<gpu::Pipeline> make_pipeline(gpu::Device& dev, std::vector<std::uint32_t> spec = {},
+                                             std::uint32_t subgroup_size = 0) {
+  return make_pipeline(dev, Bindings::kName, Bindings::spirv(), std::move(spec), subgroup_size);
+}
 /// The shared memory a shader declares under specialization constants `spec` (bytes).
 std::uint64_t shared_bytes_of(const char* name, std::span<const std::uint32_t> spirv, std::vector<std::uint32_t> spec);
 /// Empty where every shader of `shaders` (name, SPIR-V) fits the device's shared memory under
@@ -48,6 +55,10 @@ struct ShaderRef {
   const char* name;
   std::span<const std::uint32_t> spirv;
 };
+template <class Bindings>
+ShaderRef shader() {
+  return {Bindings::kName, Bindings::spirv()};
+}
 std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderRef> shaders,
                            const std::vector<std::uint32_t>& spec, const std::string& hint);
 

@@ -146,13 +146,17 @@ struct LayerImpl {
     const auto t = family->norm_tape(st.fwd);
     const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true);
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
-    r.dispatch(*k.param_part, {view(dout), view(t.o), view(t.inv), view(st.inputs.z), view(param_work[1])}, pc,
+    r.dispatch(*k.param_part,
+               bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(st.inputs.z),
+                                    .part = view(param_work[1])},
+               pc,
                (rows + kParamRows - 1) / kParamRows);
     r.mark("param_part");
     const std::uint64_t outputs = std::uint64_t(cfg.channels()) * cfg.conv_taps + kHeadDim + 2 * std::uint64_t(cfg.nv);
     r.dispatch(*k.param_sum,
-               {view(param_work[0]), view(param_work[1]), view(g.da), view(t.gates), view(g.dconv), view(g.dnorm),
-                view(g.ddt_bias), view(g.da_log)},
+               bindings::param_sum{.dconv_part = view(param_work[0]), .part = view(param_work[1]), .da = view(g.da),
+                                   .gates = view(t.gates), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
+                                   .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
                pc, (outputs + 63) / 64);
     r.mark("param_sum");
   }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "detail.hpp"
-#include "gdn/spirv.hpp"
+#include "gdn/bindings.hpp"
 
 namespace gdn {
 namespace {
@@ -28,13 +28,13 @@ DevicePeaks measure_peaks(Context& ctx, int repeats) {
   const auto src = dev.create_buffer("peak copy source", bytes);
   const auto dst = dev.create_buffer("peak copy destination", bytes);
   struct CopyPush { std::uint32_t n4; } cp{std::uint32_t(bytes / 16)};
-  const auto copy = dev.create_pipeline({.name = "peak_copy", .spirv = spirv::peak_copy,
+  const auto copy = dev.create_pipeline({.name = bindings::peak_copy::kName, .spirv = bindings::peak_copy::spirv(),
                                          .push_constant_bytes = sizeof(CopyPush), .spec = {}});
   // FMA: enough threads to fill any GPU many times over; fewer iterations on a CPU driver.
   const std::uint64_t groups = cpu ? 256 : 16384;
   struct FmaPush { std::uint32_t iters; } fp{cpu ? 256u : 2048u};
   const auto sink = dev.create_buffer("peak fma sink", groups * 256 * sizeof(float));
-  const auto fma = dev.create_pipeline({.name = "peak_fma", .spirv = spirv::peak_fma,
+  const auto fma = dev.create_pipeline({.name = bindings::peak_fma::kName, .spirv = bindings::peak_fma::spirv(),
                                         .push_constant_bytes = sizeof(FmaPush), .spec = {}});
   dev.run([&](gpu::Recorder& r) { r.fill(*src, 0x3f800000u); });  // real numbers, not garbage
 
@@ -42,9 +42,9 @@ DevicePeaks measure_peaks(Context& ctx, int repeats) {
   for (int i = 0; i < repeats + 2; ++i) {
     const auto t = dev.run(
         [&](gpu::Recorder& r) {
-          r.dispatch(*copy, {{src.get()}, {dst.get()}}, cp, (bytes / 16 + 255) / 256);
+          r.dispatch(*copy, bindings::peak_copy{.src = {src.get()}, .dst = {dst.get()}}, cp, (bytes / 16 + 255) / 256);
           r.mark("copy");
-          r.dispatch(*fma, {{sink.get()}}, fp, groups);
+          r.dispatch(*fma, bindings::peak_fma{.sink = {sink.get()}}, fp, groups);
           r.mark("fma");
         },
         true);

@@ -3,6 +3,7 @@
 // (src/vk/spirv_reflect.cpp), against sizes known from elsewhere: the NVIDIA driver's own report of
 // the shaders' shared memory (VK_KHR_pipeline_executable_properties on an H200) and the GLSL
 // declarations' arithmetic at two specializations.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -50,6 +51,22 @@ TEST(SpirvReflect, EvaluatesSpecializationConstants) {
   for (const std::uint32_t ch : {5u, 16u, 32u})
     EXPECT_EQ(reflect_shader("chunk_prep", spirv::chunk_prep, std::vector<std::uint32_t>{32, ch}).shared_bytes, expect(ch))
         << "chunks of " << ch;
+}
+
+// Block names (OpName) per binding where the module keeps them (the unoptimized builds), none where
+// glslc -O stripped them; `used` marks the bindings the module still declares.
+TEST(SpirvReflect, ReadsBlockNamesAndTheBindingsInUse) {
+  const ShaderInterface fwd = reflect_shader("chunk_fwd_mma", spirv::chunk_fwd_mma, std::vector<std::uint32_t>{32, 16});
+  ASSERT_EQ(fwd.names.size(), 17u);
+  EXPECT_THAT(fwd.names[0], testing::UnorderedElementsAre("Qkn", "Qkn4"));
+  EXPECT_THAT(fwd.names[13], testing::UnorderedElementsAre("Xp", "Xp4"));
+  EXPECT_THAT(fwd.names[16], testing::ElementsAre("Ep"));
+  EXPECT_EQ(fwd.used, (std::uint64_t(1) << 17) - 1);
+  // qk_bwd2's chunked build reads neither v (binding 0) nor kv (8): -O drops them, and every name
+  const ShaderInterface qk = reflect_shader("qk_bwd2_chunked", spirv::qk_bwd2_chunked, std::vector<std::uint32_t>{32});
+  EXPECT_TRUE(qk.names.empty());
+  EXPECT_EQ(qk.bindings, 10u);
+  EXPECT_EQ(qk.used, ((std::uint64_t(1) << 10) - 1) & ~std::uint64_t(1) & ~(std::uint64_t(1) << 8));
 }
 
 TEST(SpirvReflect, RefusesWhatIsNotAModule) {

@@ -4,7 +4,6 @@
 // four passes: chunk_prep (each chunk's T, W and cumulative log decays), chunk_dstate (the serial
 // pass of the state gradients), chunk_values and chunk_grads (every chunk's gradients at once).
 #include "families/column_split.hpp"
-#include "gdn/spirv.hpp"
 
 namespace gdn::detail {
 namespace {
@@ -16,11 +15,11 @@ class Chunked final : public ColumnSplitFamily {
  public:
   explicit Chunked(const FamilyArgs& a) : ColumnSplitFamily(a) {
     const std::uint32_t ch = std::uint32_t(cfg_.checkpoint_interval);
-    chunk_prep_ = make_pipeline(a.dev, "chunk_prep", spirv::chunk_prep, {sg_, ch});
-    chunk_dstate_ = make_pipeline(a.dev, "chunk_dstate", spirv::chunk_dstate, {sg_, ch});
-    chunk_values_ = make_pipeline(a.dev, "chunk_values", spirv::chunk_values, {sg_, ch}, sg_);
-    chunk_grads_ = make_pipeline(a.dev, "chunk_grads", spirv::chunk_grads, {sg_, ch}, sg_);
-    qk_bwd_ = make_pipeline(a.dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, {sg_}, sg_);
+    chunk_prep_ = make_pipeline<bindings::chunk_prep>(a.dev, {sg_, ch});
+    chunk_dstate_ = make_pipeline<bindings::chunk_dstate>(a.dev, {sg_, ch});
+    chunk_values_ = make_pipeline<bindings::chunk_values>(a.dev, {sg_, ch}, sg_);
+    chunk_grads_ = make_pipeline<bindings::chunk_grads>(a.dev, {sg_, ch}, sg_);
+    qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {sg_}, sg_);
   }
 
   // The chunk length is a pipeline constant: a window shorter than it is one partial chunk.
@@ -49,22 +48,28 @@ class Chunked final : public ColumnSplitFamily {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv, chunks = heads * pc.nseg;
     record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
     r.dispatch(*chunk_prep_,
-               {view(f[kQkn]), view(f[kGates]), view(p_.a_log), view(w[kW]), view(w[kTm]), view(w[kDo]), view(w[kDu]),
-                view(w[kLgc])},
+               bindings::chunk_prep{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
+                                    .wm = view(w[kW]), .tm = view(w[kTm]), .do_ = view(w[kDo]), .du = view(w[kDu]),
+                                    .lgc = view(w[kLgc])},
                pc, chunks);
     r.mark("chunk_prep");
-    r.dispatch(*chunk_dstate_, {view(f[kQkn]), view(w[kLgc]), view(w[kW]), view(w[kDo]), view(w[kDu]), view(w[kDsc])},
+    r.dispatch(*chunk_dstate_,
+               bindings::chunk_dstate{.qkn = view(f[kQkn]), .lgc = view(w[kLgc]), .wm = view(w[kW]), .do_ = view(w[kDo]),
+                                      .du = view(w[kDu]), .dsc = view(w[kDsc])},
                pc, heads * kColumnBlocks);
     r.mark("chunk_dstate");
     // chunk_values and chunk_grads share one binding list (shaders/chunked/chunk_grads.glsl)
-    const std::vector<gpu::BufferView> views{
-        view(f[kQkn]), view(f[kGates]), view(w[kLgc]), view(f[kY]),    view(f[kKv]),  view(w[kDo]),    view(w[kDu]),  view(w[kW]),
-        view(w[kTm]),  view(f[kCk]),    view(w[kDsc]), view(w[kDqk]),  view(w[kDy]),  view(w[kPairs]), view(w[kSdot])};
-    r.dispatch(*chunk_values_, views, pc, chunks);
+    auto values_and_grads = [&]<class B>(B) {
+      return B{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(w[kLgc]), .y = view(f[kY]),
+               .kv = view(f[kKv]), .do_ = view(w[kDo]), .du = view(w[kDu]), .wm = view(w[kW]), .tm = view(w[kTm]),
+               .ck = view(f[kCk]), .dsc = view(w[kDsc]), .rec = view(w[kDqk]), .dy = view(w[kDy]),
+               .pairs = view(w[kPairs]), .sdot = view(w[kSdot])};
+    };
+    r.dispatch(*chunk_values_, values_and_grads(bindings::chunk_values{}), pc, chunks);
     r.mark("chunk_values");
-    r.dispatch(*chunk_grads_, views, pc, chunks);
+    r.dispatch(*chunk_grads_, values_and_grads(bindings::chunk_grads{}), pc, chunks);
     r.mark("chunk_grads");
-    record_qk_bwd(r, *qk_bwd_, f, w[kDqk], w[kDy], g, pc);
+    record_qk_bwd<bindings::qk_bwd2_chunked>(r, *qk_bwd_, f, w[kDqk], w[kDy], g, pc);
     record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 
@@ -81,8 +86,8 @@ std::string chunked_why_not(const DeviceInfo& info, const Config&, int cs) {
     return "its chunk length is the checkpoint interval, " + std::to_string(cs) + " here, and must be 1 to " +
            std::to_string(kMaxChunk);
   return shared_why_not(info,
-                        {{"chunk_prep", spirv::chunk_prep}, {"chunk_dstate", spirv::chunk_dstate},
-                         {"chunk_values", spirv::chunk_values}, {"chunk_grads", spirv::chunk_grads}},
+                        {shader<bindings::chunk_prep>(), shader<bindings::chunk_dstate>(),
+                         shader<bindings::chunk_values>(), shader<bindings::chunk_grads>()},
                         {sg.size, std::uint32_t(cs)}, " (a shorter checkpoint interval needs less)");
 }
 

@@ -6,7 +6,6 @@
 // pair of chunks' gradients), then qk_bwd2 and a conv backward that makes dv from Yv. Its numerics
 // (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl.
 #include "families/family.hpp"
-#include "gdn/spirv.hpp"
 
 namespace gdn::detail {
 namespace {
@@ -22,13 +21,13 @@ class ChunkedMatrix final : public Family {
   explicit ChunkedMatrix(const FamilyArgs& a)
       : cfg_(a.cfg), p_(a.params), dev_(a.dev), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))) {
     const std::uint32_t ch = kChunk, taps = std::uint32_t(cfg_.conv_taps);
-    chunk_prep_fwd_ = make_pipeline(a.dev, "chunk_prep_fwd", spirv::chunk_prep_fwd, {}, 32);
-    chunk_fwd_mma_ = make_pipeline(a.dev, "chunk_fwd_mma", spirv::chunk_fwd_mma, {32, ch}, 32);
-    chunk_dstate_mma_ = make_pipeline(a.dev, "chunk_dstate_mma", spirv::chunk_dstate_mma, {32, ch}, 32);
-    chunk_factors_ = make_pipeline(a.dev, "chunk_factors", spirv::chunk_factors, {32, ch}, 32);
-    chunk_pair_bwd_mma_ = make_pipeline(a.dev, "chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, {32, ch}, 32);
-    qk_bwd_ = make_pipeline(a.dev, "qk_bwd2 (chunked)", spirv::qk_bwd2_chunked, {32}, 32);
-    conv_bwd_yv_ = make_pipeline(a.dev, "conv_bwd (dv from Yv)", spirv::conv_bwd_yv, {taps});
+    chunk_prep_fwd_ = make_pipeline<bindings::chunk_prep_fwd>(a.dev, {}, 32);
+    chunk_fwd_mma_ = make_pipeline<bindings::chunk_fwd_mma>(a.dev, {32, ch}, 32);
+    chunk_dstate_mma_ = make_pipeline<bindings::chunk_dstate_mma>(a.dev, {32, ch}, 32);
+    chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, {32, ch}, 32);
+    chunk_pair_bwd_mma_ = make_pipeline<bindings::chunk_pair_bwd_mma>(a.dev, {32, ch}, 32);
+    qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
+    conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
   }
 
   int interval(int) const override { return int(kChunk); }
@@ -86,14 +85,18 @@ class ChunkedMatrix final : public Family {
     record_conv_fwd(r, common_, cfg_, p_, in, *y_, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
     r.dispatch(*chunk_prep_fwd_,
-               {view(f[kQkn]), view(f[kGates]), view(p_.a_log), view(f[kTm]), view(f[kLgc]), view(f[kPm]), view(in.a),
-                view(in.b), view(p_.dt_bias), view(f[kGm]), view(f[kEqk]), view(f[kEp])},
+               bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
+                                        .tm = view(f[kTm]), .lgc = view(f[kLgc]), .pm = view(f[kPm]), .a = view(in.a),
+                                        .bw = view(in.b), .dt_bias = view(p_.dt_bias), .gm = view(f[kGm]),
+                                        .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);
     r.mark("chunk_prep_fwd");  // gate_prep fused in
     r.dispatch(*chunk_fwd_mma_,
-               {view(f[kQkn]), view(f[kLgc]), view(f[kTm]), view(f[kU]), view(f[kPm]), view(f[kO]), view(f[kCk]),
-                view(in.z), view(p_.norm), view(out), view(f[kInv]), view(f[kGates]), view(*y_), view(f[kX]),
-                view(f[kVscale]), view(f[kEqk]), view(f[kEp])},
+               bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
+                                       .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
+                                       .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
+                                       .gates = view(f[kGates]), .y = view(*y_), .xp = view(f[kX]),
+                                       .vscale = view(f[kVscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("chunk_fwd_mma");  // the norm fused in
   }
@@ -105,33 +108,43 @@ class ChunkedMatrix final : public Family {
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
     r.dispatch(*chunk_dstate_mma_,
-               {view(f[kQkn]), view(f[kLgc]), view(f[kGates]), view(w[kDo]), view(w[kYv]), view(w[kDsc]), view(f[kPm]),
-                view(f[kO]), view(in.z), view(p_.norm), view(f[kInv]), view(dout), view(g.dz), view(f[kTm]),
-                view(f[kX]), view(f[kU]), view(w[kPdots]), view(f[kVscale]), view(w[kDscale]), view(f[kEqk]),
-                view(f[kEp])},
+               bindings::chunk_dstate_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]),
+                                          .do_ = view(w[kDo]), .yv = view(w[kYv]), .dsc = view(w[kDsc]),
+                                          .pm = view(f[kPm]), .o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm),
+                                          .inv = view(f[kInv]), .dout = view(dout), .dz = view(g.dz),
+                                          .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
+                                          .pdots = view(w[kPdots]), .vscale = view(f[kVscale]),
+                                          .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, heads);
     r.mark("chunk_dstate_mma");
     r.dispatch(*chunk_factors_,
-               {view(f[kGates]), view(f[kLgc]), view(f[kTm]), view(f[kGm]), view(w[kPdots]), view(w[kFac]),
-                view(w[kDqk]), view(f[kVscale]), view(w[kDscale]), view(w[kMdiag])},
+               bindings::chunk_factors{.gates = view(f[kGates]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
+                                       .gm = view(f[kGm]), .pdots = view(w[kPdots]), .fac = view(w[kFac]),
+                                       .rec = view(w[kDqk]), .vscale = view(f[kVscale]), .dscale = view(w[kDscale]),
+                                       .mdiag = view(w[kMdiag])},
                pc, heads * pc.nseg);
     r.mark("chunk_factors");
     r.dispatch(*chunk_pair_bwd_mma_,
-               {view(f[kQkn]), view(f[kGates]), view(f[kLgc]), view(w[kFac]), view(f[kU]), view(w[kDo]), view(w[kYv]),
-                view(f[kCk]), view(w[kDsc]), view(w[kDqk]), view(f[kVscale]), view(w[kDscale]), view(f[kEqk]),
-                view(w[kMdiag])},
+               bindings::chunk_pair_bwd_mma{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(f[kLgc]),
+                                            .fac = view(w[kFac]), .u = view(f[kU]), .do_ = view(w[kDo]),
+                                            .yv = view(w[kYv]), .ck = view(f[kCk]), .dsc = view(w[kDsc]),
+                                            .rec = view(w[kDqk]), .vscale = view(f[kVscale]),
+                                            .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .mdiag = view(w[kMdiag])},
                pc, heads * pairs(f.T));
     r.mark("chunk_pair_bwd_mma");
-    // one subgroup per (b, t, key head), 4 per workgroup (binding 0, v, is not read in this build)
+    // one subgroup per (b, t, key head), 4 per workgroup
     const std::uint64_t rows = std::uint64_t(f.B) * f.T * cfg_.nk;
     r.dispatch(*qk_bwd_,
-               {view(f[kQkn]), view(f[kNq]), view(w[kDqk]), view(f[kGates]), view(p_.a_log), view(w[kDy]), view(g.da),
-                view(g.db), view(f[kU]), view(f[kQkn])},
+               bindings::qk_bwd2_chunked{.y = {} /* not read in this build, nor kv */, .nq = view(f[kNq]), .dqk = view(w[kDqk]), .gates = view(f[kGates]),
+                                         .a_log = view(p_.a_log), .dy = view(w[kDy]), .da = view(g.da),
+                                         .db = view(g.db), .kv = {}, .qkn = view(f[kQkn])},
                pc, (rows + 3) / 4);
     r.mark("qk_bwd2");
     // dv = beta Yv, made as conv_bwd reads it (the pair pass left Yv, not dv, for the v channels)
     r.dispatch(*conv_bwd_yv_,
-               {view(in.qkv), view(p_.conv), view(w[kDy]), view(g.dqkv), view(dconv_part), view(w[kYv]), view(f[kGates])},
+               bindings::conv_bwd_yv{.qkv = view(in.qkv), .conv = view(p_.conv), .dy = view(w[kDy]),
+                                     .dqkv = view(g.dqkv), .dconv_part = view(dconv_part), .yv = view(w[kYv]),
+                                     .gates = view(f[kGates])},
                pc, conv_groups(pc.nb, pc.t, std::uint64_t(cfg_.channels()), kConvBwdTokens));
     r.mark("conv_bwd");
   }
@@ -154,10 +167,10 @@ std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;
   if (!sg32) return "they need subgroups of 32 invocations";
-  if (auto s = shared_why_not(info, {{"chunk_prep_fwd", spirv::chunk_prep_fwd}}, {}, ""); !s.empty()) return s;
+  if (auto s = shared_why_not(info, {shader<bindings::chunk_prep_fwd>()}, {}, ""); !s.empty()) return s;
   return shared_why_not(info,
-                        {{"chunk_fwd_mma", spirv::chunk_fwd_mma}, {"chunk_dstate_mma", spirv::chunk_dstate_mma},
-                         {"chunk_factors", spirv::chunk_factors}, {"chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma}},
+                        {shader<bindings::chunk_fwd_mma>(), shader<bindings::chunk_dstate_mma>(),
+                         shader<bindings::chunk_factors>(), shader<bindings::chunk_pair_bwd_mma>()},
                         {32, kChunk}, "");
 }
 

@@ -27,9 +27,20 @@ class ColumnSplitFamily : public Family {
   void record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
                        const DeviceGrads& g, const gpu::Buffer& do_, const Push& pc) const;
 
-  /// qk_bwd2 (either build): the records' dq^, dk^ through the l2 norms into dy, da and db.
+  /// qk_bwd2 (either build: QkBwd is its gdn::bindings struct): the records' dq^, dk^ through the
+  /// l2 norms into dy, da and db.
+  template <class QkBwd>
   void record_qk_bwd(gpu::Recorder& r, const gpu::Pipeline& qk_bwd, const BufferSet& f, const gpu::Buffer& dqk,
-                     const gpu::Buffer& dy, const DeviceGrads& g, const Push& pc) const;
+                     const gpu::Buffer& dy, const DeviceGrads& g, const Push& pc) const {
+    // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
+    const std::uint64_t rows_per_group = 128 / sg_;
+    r.dispatch(qk_bwd,
+               QkBwd{.y = view(f[kY]), .nq = view(f[kNq]), .dqk = view(dqk), .gates = view(f[kGates]),
+                     .a_log = view(p_.a_log), .dy = view(dy), .da = view(g.da), .db = view(g.db), .kv = view(f[kKv]),
+                     .qkn = view(f[kQkn])},
+               pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
+    r.mark("qk_bwd2");
+  }
 
   gpu::Device& dev_;
   const Config cfg_;

@@ -102,20 +102,27 @@ struct FamilyArgs {
 inline void record_conv_fwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                             const DeviceInputs& in, const gpu::Buffer& y, const gpu::Buffer& qkn, const gpu::Buffer& nq,
                             const Push& pc) {
-  r.dispatch(*k.conv_fwd, {view(in.qkv), view(p.conv), view(y), view(qkn), view(nq)}, pc,
+  r.dispatch(*k.conv_fwd,
+             bindings::conv_fwd{.qkv = view(in.qkv), .conv = view(p.conv), .y = view(y), .qkn = view(qkn), .nq = view(nq)}, pc,
              conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvFwdTokens));
   r.mark("conv_fwd");  // the q/k l2 norms fused in
 }
 inline void record_gate_prep(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                              const DeviceInputs& in, const gpu::Buffer& gates, const Push& pc) {
-  r.dispatch(*k.gate_prep, {view(in.a), view(in.b), view(p.a_log), view(p.dt_bias), view(gates)}, pc,
+  r.dispatch(*k.gate_prep,
+             bindings::gate_prep{.a = view(in.a), .bw = view(in.b), .a_log = view(p.a_log), .dt_bias = view(p.dt_bias),
+                                 .gates = view(gates)},
+             pc,
              (std::uint64_t(pc.nb) * pc.t * std::uint64_t(cfg.nv) + 255) / 256);
   r.mark("gate_prep");
 }
 inline void record_conv_bwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                             const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g,
                             const gpu::Buffer& dconv_part, const Push& pc) {
-  r.dispatch(*k.conv_bwd, {view(in.qkv), view(p.conv), view(dy), view(g.dqkv), view(dconv_part)}, pc,
+  r.dispatch(*k.conv_bwd,
+             bindings::conv_bwd{.qkv = view(in.qkv), .conv = view(p.conv), .dy = view(dy), .dqkv = view(g.dqkv),
+                                .dconv_part = view(dconv_part)},
+             pc,
              conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvBwdTokens));
   r.mark("conv_bwd");
 }

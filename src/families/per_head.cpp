@@ -3,7 +3,6 @@
 // 128 x 128 state through the window, storing it every checkpoint interval; the backward replays each
 // segment from its checkpoint. Runs wherever 256-invocation workgroups do.
 #include "families/family.hpp"
-#include "gdn/spirv.hpp"
 
 namespace gdn::detail {
 namespace {
@@ -12,9 +11,9 @@ class PerHead final : public Family {
  public:
   explicit PerHead(const FamilyArgs& a)
       : cfg_(a.cfg), p_(a.params), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))),
-        rec_fwd_(make_pipeline(a.dev, "rec_fwd", spirv::rec_fwd)),
-        rec_bwd_(make_pipeline(a.dev, "rec_bwd", spirv::rec_bwd)),
-        qk_bwd_(make_pipeline(a.dev, "qk_bwd", spirv::qk_bwd)) {}
+        rec_fwd_(make_pipeline<bindings::rec_fwd>(a.dev)),
+        rec_bwd_(make_pipeline<bindings::rec_bwd>(a.dev)),
+        qk_bwd_(make_pipeline<bindings::qk_bwd>(a.dev)) {}
 
   // An interval longer than the window is the window: one segment, and scratch for T states only.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
@@ -46,8 +45,9 @@ class PerHead final : public Family {
     record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
     record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);
     r.dispatch(*rec_fwd_,
-               {view(f[kY]), view(f[kQkn]), view(f[kGates]), view(in.z), view(p_.norm), view(out), view(f[kO]),
-                view(f[kInv]), view(f[kCk])},
+               bindings::rec_fwd{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .z = view(in.z),
+                                 .norm = view(p_.norm), .out = view(out), .o = view(f[kO]), .inv = view(f[kInv]),
+                                 .ck = view(f[kCk])},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("rec_fwd");
   }
@@ -56,12 +56,15 @@ class PerHead final : public Family {
                        const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
     const Push pc = push(cfg_, f.B, f.T, true);
     r.dispatch(*rec_bwd_,
-               {view(f[kY]), view(f[kQkn]), view(f[kGates]), view(in.z), view(p_.norm), view(f[kO]), view(f[kInv]),
-                view(f[kCk]), view(dout), view(w[kScr]), view(w[kKvs]), view(w[kDqk]), view(w[kDy]), view(g.dz),
-                view(g.da), view(g.db), view(p_.a_log)},
+               bindings::rec_bwd{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .z = view(in.z),
+                                 .norm = view(p_.norm), .o = view(f[kO]), .inv = view(f[kInv]), .ck = view(f[kCk]),
+                                 .dout = view(dout), .scr = view(w[kScr]), .kvs = view(w[kKvs]), .dqk = view(w[kDqk]),
+                                 .dy = view(w[kDy]), .dz = view(g.dz), .da = view(g.da), .db = view(g.db),
+                                 .a_log = view(p_.a_log)},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("rec_bwd");
-    r.dispatch(*qk_bwd_, {view(f[kQkn]), view(f[kNq]), view(w[kDqk]), view(w[kDy])}, pc,
+    r.dispatch(*qk_bwd_,
+               bindings::qk_bwd{.qkn = view(f[kQkn]), .nq = view(f[kNq]), .dqk = view(w[kDqk]), .dy = view(w[kDy])}, pc,
                std::uint64_t(f.B) * f.T * cfg_.nk);
     r.mark("qk_bwd");
     record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);

@@ -6,7 +6,6 @@
 
 #include <map>
 
-#include "gdn/spirv.hpp"
 
 namespace gdn::detail {
 
@@ -15,9 +14,9 @@ namespace gdn::detail {
 ColumnSplitFamily::ColumnSplitFamily(const FamilyArgs& a)
     : dev_(a.dev), cfg_(a.cfg), p_(a.params), sg_(a.subgroup_size),
       common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))),
-      rec_fwd2_(make_pipeline(a.dev, "rec_fwd2", spirv::rec_fwd2, {sg_}, sg_)),
-      norm_fwd2_(make_pipeline(a.dev, "norm_fwd2", spirv::norm_fwd2)),
-      norm_bwd2_(make_pipeline(a.dev, "norm_bwd2", spirv::norm_bwd2)) {}
+      rec_fwd2_(make_pipeline<bindings::rec_fwd2>(a.dev, {sg_}, sg_)),
+      norm_fwd2_(make_pipeline<bindings::norm_fwd2>(a.dev)),
+      norm_bwd2_(make_pipeline<bindings::norm_bwd2>(a.dev)) {}
 
 std::vector<BufferDecl> ColumnSplitFamily::forward_buffers(int B, int T, bool keep) const {
   const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, nk = cfg_.nk;
@@ -33,10 +32,16 @@ void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in,
   const Push pc = push(cfg_, f.B, f.T, f.keep);
   record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
   record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);
-  r.dispatch(*rec_fwd2_, {view(f[kY]), view(f[kQkn]), view(f[kGates]), view(f[kO]), view(f[kKv]), view(f[kCk])}, pc,
+  r.dispatch(*rec_fwd2_,
+             bindings::rec_fwd2{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .o = view(f[kO]),
+                                .kv = view(f[kKv]), .ck = view(f[kCk])},
+             pc,
              std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
   r.mark("rec_fwd2");
-  r.dispatch(*norm_fwd2_, {view(f[kO]), view(in.z), view(p_.norm), view(out), view(f[kInv])}, pc,
+  r.dispatch(*norm_fwd2_,
+             bindings::norm_fwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .out = view(out),
+                                 .inv = view(f[kInv])},
+             pc,
              std::uint64_t(f.B) * f.T * cfg_.nv);
   r.mark("norm_fwd2");
 }
@@ -44,21 +49,11 @@ void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in,
 void ColumnSplitFamily::record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f,
                                         const Tensor& dout, const DeviceGrads& g, const gpu::Buffer& do_,
                                         const Push& pc) const {
-  r.dispatch(*norm_bwd2_, {view(f[kO]), view(in.z), view(p_.norm), view(f[kInv]), view(dout), view(g.dz), view(do_)},
+  r.dispatch(*norm_bwd2_,
+             bindings::norm_bwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .inv = view(f[kInv]),
+                                 .dout = view(dout), .dz = view(g.dz), .do_ = view(do_)},
              pc, std::uint64_t(f.B) * f.T * cfg_.nv);
   r.mark("norm_bwd2");
-}
-
-void ColumnSplitFamily::record_qk_bwd(gpu::Recorder& r, const gpu::Pipeline& qk_bwd, const BufferSet& f,
-                                      const gpu::Buffer& dqk, const gpu::Buffer& dy, const DeviceGrads& g,
-                                      const Push& pc) const {
-  // one subgroup per (b, t, key head), 128 / subgroup_size of them per workgroup
-  const std::uint64_t rows_per_group = 128 / sg_;
-  r.dispatch(qk_bwd,
-             {view(f[kY]), view(f[kNq]), view(dqk), view(f[kGates]), view(p_.a_log), view(dy), view(g.da), view(g.db),
-              view(f[kKv]), view(f[kQkn])},
-             pc, (std::uint64_t(f.B) * f.T * cfg_.nk + rows_per_group - 1) / rows_per_group);
-  r.mark("qk_bwd2");
 }
 
 namespace {
@@ -71,20 +66,26 @@ constexpr std::uint32_t kPartialWords = 257;
 // the build with rolled segment loops and the size as a specialization constant: the same math,
 // minutes less to compile on lavapipe.
 struct BackwardBuild {
-  std::span<const std::uint32_t> code;
-  std::uint32_t capacity;  // steps of history
+  std::uint32_t capacity;  // steps of history (16 and under: the build of that size; else rolled)
+  bool rolled;
+  // Calls f with a default gdn::bindings struct of the build (they differ in type, not in fields).
+  template <class F>
+  decltype(auto) with_bindings(F&& f) const {
+    if (rolled) return f(bindings::rec_bwd2_rolled{});
+    if (capacity == 4) return f(bindings::rec_bwd2_cs4{});
+    if (capacity == 8) return f(bindings::rec_bwd2_cs8{});
+    return f(bindings::rec_bwd2_cs16{});
+  }
 };
 BackwardBuild backward_build(const DeviceInfo& info, std::uint32_t cs) {
-  if (info.type == "cpu" || cs > 16) return {spirv::rec_bwd2_rolled, cs};
-  if (cs <= 4) return {spirv::rec_bwd2_cs4, 4};
-  if (cs <= 8) return {spirv::rec_bwd2_cs8, 8};
-  return {spirv::rec_bwd2_cs16, 16};
+  if (info.type == "cpu" || cs > 16) return {cs, true};
+  return {cs <= 4 ? 4u : cs <= 8 ? 8u : 16u, false};
 }
 
 class Subgroup final : public ColumnSplitFamily {
  public:
   explicit Subgroup(const FamilyArgs& a)
-      : ColumnSplitFamily(a), qk_bwd2_(make_pipeline(a.dev, "qk_bwd2", spirv::qk_bwd2, {sg_}, sg_)) {}
+      : ColumnSplitFamily(a), qk_bwd2_(make_pipeline<bindings::qk_bwd2>(a.dev, {sg_}, sg_)) {}
 
   // An interval longer than the window is the window: one segment.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
@@ -101,12 +102,15 @@ class Subgroup final : public ColumnSplitFamily {
                        const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
     const Push pc = push(cfg_, f.B, f.T, true);
     record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
-    r.dispatch(backward_for(pc.cs),
-               {view(f[kY]), view(f[kQkn]), view(f[kGates]), view(f[kKv]), view(w[kDo]), view(f[kCk]), view(w[kDqk]),
-                view(w[kDy])},
-               pc, std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
+    const gpu::Pipeline& rec_bwd2 = backward_for(pc.cs);
+    backward_build(dev_.info(), pc.cs).with_bindings([&]<class B>(B) {
+      r.dispatch(rec_bwd2,
+                 B{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .kv = view(f[kKv]),
+                   .do_ = view(w[kDo]), .ck = view(f[kCk]), .dqk = view(w[kDqk]), .dy = view(w[kDy])},
+                 pc, std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
+    });
     r.mark("rec_bwd2");
-    record_qk_bwd(r, *qk_bwd2_, f, w[kDqk], w[kDy], g, pc);
+    record_qk_bwd<bindings::qk_bwd2>(r, *qk_bwd2_, f, w[kDqk], w[kDy], g, pc);
     record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
   }
 
@@ -116,8 +120,7 @@ class Subgroup final : public ColumnSplitFamily {
     auto& p = rec_bwd2_[cs];
     if (!p) {
       const auto build = backward_build(dev_.info(), cs);
-      p = make_pipeline(dev_, ("rec_bwd2 (interval " + std::to_string(cs) + ")").c_str(), build.code,
-                        {sg_, build.capacity}, sg_);
+      p = build.with_bindings([&]<class B>(B) { return make_pipeline<B>(dev_, {sg_, build.capacity}, sg_); });
     }
     return *p;
   }
@@ -137,7 +140,8 @@ const FamilyEntry kSubgroupFamily{
       const auto sg = choose_subgroup_size(info);
       if (!sg.size) return sg.why_not;
       const auto build = backward_build(info, std::uint32_t(cs));
-      const auto bytes = shared_bytes_of("rec_bwd2", build.code, {sg.size, build.capacity});
+      const auto bytes = build.with_bindings(
+          [&]<class B>(B) { return shared_bytes_of(B::kName, B::spirv(), {sg.size, build.capacity}); });
       if (bytes <= info.max_shared_memory) return "";
       return "its backward at a checkpoint interval of " + std::to_string(cs) + " needs " + std::to_string(bytes) +
              " bytes of shared memory and the device has " + std::to_string(info.max_shared_memory) +

@@ -69,7 +69,9 @@ struct PipelineDesc {
 /// A compute pipeline and what a dispatch must match.
 struct Pipeline {
   std::string name;
+  const std::uint32_t* spirv = nullptr;   // the module it was built from (a dispatch's bindings must be its)
   std::uint32_t bindings = 0;             // storage buffers at set 0, bindings 0 .. n-1 (the SPIR-V's)
+  std::uint64_t used = 0;                 // bit i: the shader uses binding i (the optimizer drops the others)
   std::uint32_t push_constant_bytes = 0;
   std::uint64_t shared_bytes = 0;         // the SPIR-V's shared memory under the pipeline's constants
   vk::raii::DescriptorSetLayout set_layout = nullptr;
@@ -84,17 +86,13 @@ class Recorder {
  public:
   /// Dispatches `groups` workgroups, folded into (x, y) under maxComputeWorkGroupCount[0]; the kernel
   /// reconstructs its linear id as gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x and
-  /// returns for ids >= groups.
-  void dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push, std::size_t push_bytes,
-                std::uint64_t groups);
-  template <class Push>
-  void dispatch(const Pipeline& p, std::span<const BufferView> views, const Push& push, std::uint64_t groups) {
-    dispatch(p, views, &push, sizeof(Push), groups);
-  }
-  template <class Push>
-  void dispatch(const Pipeline& p, std::initializer_list<BufferView> views, const Push& push,
-                std::uint64_t groups) {
-    dispatch(p, std::span<const BufferView>(views.begin(), views.size()), &push, sizeof(Push), groups);
+  /// returns for ids >= groups. `b` names a buffer per binding: gdn_bindgen's struct
+  /// gdn::bindings::<shader> of the pipeline's shader (src/vk/bindgen.cpp). A binding the shader does
+  /// not use may be left empty.
+  template <class Bindings, class Push>
+  void dispatch(const Pipeline& p, const Bindings& b, const Push& push, std::uint64_t groups) {
+    const auto views = b.list();
+    dispatch_views(p, Bindings::spirv().data(), Bindings::kFields, views, &push, sizeof(Push), groups);
   }
   /// Fills a buffer with a 32-bit pattern (e.g. NaN poison in tests, zero accumulators).
   void fill(const Buffer& b, std::uint32_t word);
@@ -102,6 +100,9 @@ class Recorder {
   void mark(std::string label);
 
  private:
+  void dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std::span<const char* const> fields,
+                      std::span<const BufferView> views, const void* push, std::size_t push_bytes,
+                      std::uint64_t groups);
   friend class Device;
   Recorder(Device& d, vk::raii::CommandBuffer& cmd) : dev_(d), cmd_(cmd) {}
   void barrier();

@@ -50,7 +50,9 @@ std::unique_ptr<Pipeline> Device::create_pipeline(const PipelineDesc& d) {
                 " (maxComputeSharedMemorySize); a smaller checkpoint interval needs less");
   auto p = std::make_unique<Pipeline>();
   p->name = d.name;
+  p->spirv = d.spirv.data();
   p->bindings = iface.bindings;
+  p->used = iface.used;
   p->push_constant_bytes = d.push_constant_bytes;
   p->shared_bytes = iface.shared_bytes;
   try {

@@ -21,13 +21,26 @@ void Recorder::barrier() {
                        vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
 }
 
-void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, const void* push,
-                        std::size_t push_bytes, std::uint64_t groups) {
-  // The pipeline's interface (the SPIR-V's), checked against what is passed: a buffer for every
-  // binding the shader declares. Bindings past its last are ones the compiler dropped as unused.
-  if (views.size() < p.bindings)
+void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std::span<const char* const> fields,
+                              std::span<const BufferView> views, const void* push, std::size_t push_bytes,
+                              std::uint64_t groups) {
+  // The pipeline's interface (the SPIR-V's), checked against what is passed: the bindings of its own
+  // shader, a buffer for every binding it uses. (An unused binding keeps its slot in the layout and
+  // is given any of the other buffers: the shader never reads it.)
+  if (spirv != p.spirv) throw std::logic_error("dispatch " + p.name + ": the bindings passed are another shader's");
+  if (views.size() < p.bindings || fields.size() != views.size())
     throw std::logic_error("dispatch " + p.name + ": " + std::to_string(views.size()) + " buffers for " +
                            std::to_string(p.bindings) + " bindings");
+  const BufferView* any = nullptr;
+  for (std::uint32_t i = 0; i < p.bindings; ++i) {
+    if (views[i].buffer) {
+      any = &views[i];
+    } else if ((p.used >> i) & 1u) {
+      throw std::logic_error("dispatch " + p.name + ": no buffer for binding " + std::to_string(i) + " (" +
+                             fields[i] + ")");
+    }
+  }
+  if (!any && p.bindings) throw std::logic_error("dispatch " + p.name + ": no buffers");
   if (push_bytes != p.push_constant_bytes)
     throw std::logic_error("dispatch " + p.name + ": " + std::to_string(push_bytes) + " push-constant bytes for " +
                            std::to_string(p.push_constant_bytes));
@@ -44,7 +57,8 @@ void Recorder::dispatch(const Pipeline& p, std::span<const BufferView> views, co
                                                    .pSetLayouts = &layout});
   std::vector<vk::DescriptorBufferInfo> infos;
   infos.reserve(p.bindings);
-  for (const auto& v : views.first(p.bindings)) {
+  for (const auto& given : views.first(p.bindings)) {
+    const BufferView& v = given.buffer ? given : *any;
     const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
     infos.push_back({.buffer = *v.buffer->buffer, .offset = v.offset, .range = range});
   }

@@ -14,7 +14,7 @@ namespace gdn::gpu {
 namespace {
 
 // Opcodes
-constexpr std::uint32_t kOpTypeBool = 20, kOpTypeInt = 21, kOpTypeFloat = 22, kOpTypeVector = 23,
+constexpr std::uint32_t kOpName = 5, kOpTypeBool = 20, kOpTypeInt = 21, kOpTypeFloat = 22, kOpTypeVector = 23,
                         kOpTypeMatrix = 24, kOpTypeArray = 28, kOpTypeRuntimeArray = 29, kOpTypeStruct = 30,
                         kOpTypePointer = 32, kOpConstantTrue = 41, kOpConstantFalse = 42, kOpConstant = 43,
                         kOpSpecConstantTrue = 48, kOpSpecConstantFalse = 49, kOpSpecConstant = 50,
@@ -24,6 +24,18 @@ constexpr std::uint32_t kSpecId = 1, kBinding = 33, kDescriptorSet = 34, kOffset
 // Storage classes
 constexpr std::uint32_t kUniform = 2, kWorkgroup = 4, kPushConstant = 9, kStorageBuffer = 12;
 
+// A literal string operand: UTF-8 bytes packed little-end first into words, nul-terminated.
+std::string literal_string(std::span<const std::uint32_t> words) {
+  std::string s;
+  for (const std::uint32_t w : words)
+    for (int byte = 0; byte < 4; ++byte) {
+      const char c = char((w >> (8 * byte)) & 0xFFu);
+      if (c == '\0') return s;
+      s += c;
+    }
+  return s;
+}
+
 struct Module {
   std::string name;
   using Words = std::span<const std::uint32_t>;  // one instruction, within the module
@@ -31,6 +43,7 @@ struct Module {
   std::map<std::uint32_t, std::uint32_t> spec_id, binding, set;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> member_offset;  // (struct, member) -> offset
   std::vector<Words> variables;
+  std::map<std::uint32_t, std::string> names;  // OpName: id -> name
   std::span<const std::uint32_t> spec;
   std::map<std::uint32_t, std::uint64_t> values;  // evaluated constants
 
@@ -146,6 +159,9 @@ ShaderInterface reflect_shader(const std::string& name, std::span<const std::uin
     const Module::Words w = spirv.subspan(at, count);
     at += count;
     switch (op) {
+      case kOpName:
+        if (count >= 3) m.names[w[1]] = literal_string(w.subspan(2));
+        break;
       case kOpDecorate:
         if (count >= 4 && w[2] == kSpecId) m.spec_id[w[1]] = w[3];
         if (count >= 4 && w[2] == kBinding) m.binding[w[1]] = w[3];
@@ -189,6 +205,14 @@ ShaderInterface reflect_shader(const std::string& name, std::span<const std::uin
         m.fail("binding " + std::to_string(b->second) + " is in descriptor set " + std::to_string(s->second) +
                "; the host binds set 0 only");
       bindings.insert(b->second);
+      if (b->second < 64) out.used |= std::uint64_t(1) << b->second;
+      // a block's name is its struct type's: the pointee, or (an array of buffers) its element
+      const Module::Words t = m.def(pointee);
+      const std::uint32_t block = (t[0] & 0xFFFFu) == kOpTypeStruct ? pointee : t.size() > 2 ? t[2] : pointee;
+      if (const auto n = m.names.find(block); n != m.names.end() && !n->second.empty()) {
+        if (out.names.size() <= b->second) out.names.resize(b->second + 1);
+        out.names[b->second].push_back(n->second);
+      }
     }
   }
   // (an unused binding may be gone: the optimizer drops it, and the layout keeps its slot)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace gdn::gpu {
 
@@ -15,6 +16,10 @@ struct ShaderInterface {
                                           // one the optimizer dropped leaves a hole)
   std::uint32_t push_constant_bytes = 0;  // the push-constant block's size (0: none)
   std::uint64_t shared_bytes = 0;         // the Workgroup variables' sizes, summed
+  std::uint64_t used = 0;                 // bit i: binding i is declared (for i < 64)
+  // per binding, the names (OpName) of the buffer blocks declared there, in the module's order; empty
+  // where the module carries no names (an optimized build strips them)
+  std::vector<std::vector<std::string>> names;
 };
 
 /// Reflects `spirv` (a whole module of one compute entry point) with specialization constant i
