@@ -152,12 +152,14 @@ struct LayerImpl {
                pc,
                (rows + kParamRows - 1) / kParamRows);
     r.mark("param_part");
-    const std::uint64_t outputs = std::uint64_t(cfg.channels()) * cfg.conv_taps + kHeadDim + 2 * std::uint64_t(cfg.nv);
+    // workgroups of 256: dconv's outputs 256 a group, then one per dnorm[d] and one per head
+    const std::uint64_t groups =
+        (std::uint64_t(cfg.channels()) * cfg.conv_taps + 255) / 256 + kHeadDim + std::uint64_t(cfg.nv);
     r.dispatch(*k.param_sum,
                bindings::param_sum{.dconv_part = view(param_work[0]), .part = view(param_work[1]), .da = view(g.da),
                                    .gates = view(t.gates), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
                                    .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
-               pc, (outputs + 63) / 64);
+               pc, groups);
     r.mark("param_sum");
   }
 

@@ -1,14 +1,15 @@
 #version 460
 // The parameters' gradients, summed over the windows and tokens of one backward in a fixed order (no
-// float atomics: two runs give bitwise the same sums). One invocation per output:
-//   dconv[c, j]  = sum over conv_bwd's blocks of their dconv_part       (ids 0 .. C K - 1)
-//   dnorm[d]     = sum over param_part's groups of their part            (next D)
-//   ddt_bias[h]  = sum_{b,t} da[b, t, h]                                  (next nv)
-//   da_log[h]    = sum_{b,t} da[b, t, h] * softplus(x) / sigmoid(x),  x = a + dt_bias   (next nv)
+// float atomics: two runs give bitwise the same sums):
+//   dconv[c, j]  = sum over conv_bwd's blocks of their dconv_part
+//   dnorm[d]     = sum over param_part's groups of their part
+//   ddt_bias[h]  = sum_{b,t} da[b, t, h]
+//   da_log[h]    = sum_{b,t} da[b, t, h] * softplus(x) / sigmoid(x),  x = a + dt_bias
 // (d log g / d a_log = -exp(a_log) softplus(x), d log g / d a = -exp(a_log) sigmoid(x): their ratio
 // turns da into da_log's terms; it is 1 + e^x / 2 to fp32 accuracy below x = -20.)
 #include "common.glsl"
-layout(local_size_x = 64) in;
+layout(local_size_x = 256) in;
+#define WG 256u
 
 layout(constant_id = 0) const uint KT = 4;  // conv taps
 #define TB 32u   // conv_bwd's tokens per block (conv.glsl)
@@ -23,37 +24,59 @@ layout(set = 0, binding = 5) writeonly buffer Dnorm { float dnorm[]; };         
 layout(set = 0, binding = 6) writeonly buffer DdtBias { float ddt_bias[]; };     // [nv]
 layout(set = 0, binding = 7) writeonly buffer DaLog { float da_log[]; };         // [nv]
 
+shared vec2 tree[WG];
+
 // softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x)
 float sp_over_sig(float x) { return x < -20.0 ? 1.0 + 0.5 * exp(x) : softplus(x) * (1.0 + exp(-x)); }
 
+// The workgroup's sum of v (two sums at once), by a fixed tree over shared memory; invocation 0 gets it.
+vec2 tree_sum(vec2 v, uint tid) {
+  tree[tid] = v;
+  barrier();
+  for (uint half_ = WG / 2u; half_ > 0u; half_ /= 2u) {
+    if (tid < half_) tree[tid] += tree[tid + half_];
+    barrier();
+  }
+  return tree[0];
+}
+
+// Workgroups: first ceil(C K / WG) of dconv, one output an invocation (each sums few blocks); then
+// one per dnorm[d] and one per head (ddt_bias[h] and da_log[h] together), whose long sums each
+// invocation takes a strided share of, added by tree_sum.
 void main() {
-  uint i = linear_group() * 64u + gl_LocalInvocationIndex;
+  const uint tid = gl_LocalInvocationIndex;
   const uint C = pc.c_dim, blocks = pc.nb * ((pc.t + TB - 1u) / TB), n = pc.nb * pc.t * pc.nv;
-  if (i < C * KT) {  // dconv[c][j]: the partials are [block][j][c]
-    const uint c = i / KT, j = i % KT;
+  const uint conv_groups = (C * KT + WG - 1u) / WG;
+  uint g = linear_group();
+  if (g < conv_groups) {  // dconv[c][j] from the partials [block][j][c]: i = j C + c reads along c
+    const uint i = g * WG + tid;
+    if (i >= C * KT) return;
+    const uint j = i / C, c = i % C;
     float s = 0.0;
     for (uint b = 0u; b < blocks; ++b) s += dconv_part[(b * KT + j) * C + c];
-    dconv[i] = s;
+    dconv[c * KT + j] = s;
     return;
   }
-  i -= C * KT;
-  if (i < D) {
+  g -= conv_groups;
+  if (g < D) {  // dnorm[g]: param_part's groups
     const uint groups = (n + R - 1u) / R;
     float s = 0.0;
-    for (uint g = 0u; g < groups; ++g) s += part[g * D + i];
-    dnorm[i] = s;
+    for (uint q = tid; q < groups; q += WG) s += part[q * D + g];
+    const float total = tree_sum(vec2(s, 0.0), tid).x;
+    if (tid == 0u) dnorm[g] = total;
     return;
   }
-  i -= D;
-  if (i < 2u * pc.nv) {
-    const uint h = i % pc.nv;
-    const bool log_a = i >= pc.nv;
-    float s = 0.0;
-    for (uint bt = 0u; bt < pc.nb * pc.t; ++bt) {
-      const uint at = bt * pc.nv + h;
-      s += log_a ? da[at] * sp_over_sig(gates[2u * n + at]) : da[at];
+  g -= D;
+  if (g < pc.nv) {  // head g: ddt_bias = sum da, da_log = sum da softplus / sigmoid
+    vec2 s = vec2(0.0);
+    for (uint bt = tid; bt < pc.nb * pc.t; bt += WG) {
+      const uint at = bt * pc.nv + g;
+      s += da[at] * vec2(1.0, sp_over_sig(gates[2u * n + at]));
     }
-    if (log_a) da_log[h] = s;
-    else ddt_bias[h] = s;
+    const vec2 total = tree_sum(s, tid);
+    if (tid == 0u) {
+      ddt_bias[g] = total.x;
+      da_log[g] = total.y;
+    }
   }
 }
