@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
       const Model teacher = random_model(cfg, 1);
       gdn::Layer t(ctx, cfg, teacher.layer);
       const Projected p = project(teacher, cfg, x);
-      target = t.forward(kB, kT, {p.qkv, p.z, p.a, p.b});
+      target = t.forward(kB, kT, {.qkv = p.qkv, .z = p.z, .a = p.a, .b = p.b});
     }
 
     Model m = random_model(cfg, 2);
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     gdn::Tape tape;  // reused: a forward into a tape of the same shape reuses its memory
     for (int step = 0; step < steps; ++step) {
       const Projected p = project(m, cfg, x);
-      const std::vector<float> out = layer.forward(kB, kT, {p.qkv, p.z, p.a, p.b}, &tape);
+      const std::vector<float> out = layer.forward(kB, kT, {.qkv = p.qkv, .z = p.z, .a = p.a, .b = p.b}, &tape);
       std::vector<float> dout(out.size());
       double loss = 0;
       for (std::size_t i = 0; i < out.size(); ++i) {

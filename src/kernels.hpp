@@ -31,11 +31,14 @@ struct Push {
   std::uint32_t cs = 0;     // checkpoint interval
   std::uint32_t nseg = 0;   // ceil(T / cs)
   std::uint32_t keep = 0;   // record the tape
-  std::uint32_t pad0 = 0, pad1 = 0, pad2 = 0;
+  std::uint32_t flags = 0;  // the carried states a call has (kState*)
+  std::uint32_t pad1 = 0, pad2 = 0;
   float eps = 0;            // rms_eps
   float fpad0 = 0, fpad1 = 0, fpad2 = 0;
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
+/// Push::flags, as common.glsl's STATE_*.
+inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
 
 /// The device's pipeline for an embedded shader and specialization (built once per device, shared by
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).

@@ -22,7 +22,8 @@ std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   if (!state_) return out;
   for (const auto& b : state_->fwd.buffers) out.emplace_back(b->name, b->bytes);
   if (state_->owns_inputs)
-    for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b})
+    for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b,
+                            &state_->inputs.h0, &state_->inputs.conv_state})
       if (!t->empty()) out.emplace_back(t->name(), std::size_t(t->numel()) * sizeof(float));
   return out;
 }
@@ -67,19 +68,21 @@ std::size_t Layer::workspace_bytes() const {
   std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.param_work.bytes() + m.family->scratch_bytes();
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
-                          &m.host_grads.da, &m.host_grads.db})
+                          &m.host_grads.da, &m.host_grads.db, &m.host_in.h0, &m.host_in.conv_state,
+                          &m.host_carry.ht, &m.host_carry.conv_state, &m.host_dcarry.ht, &m.host_dcarry.conv_state,
+                          &m.host_grads.dh0, &m.host_grads.dconv_state})
     n += std::size_t(t->numel()) * sizeof(float);
   return n;
 }
 
-void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape) {
+void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
   const std::lock_guard lock(impl_->calls);
-  impl_->forward(in, out, tape);
+  impl_->forward(in, out, tape, carry);
 }
 
-void Layer::backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads) {
+void Layer::backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads, const DeviceCarry* dcarry) {
   const std::lock_guard lock(impl_->calls);
-  impl_->backward(tape, dout, grads);
+  impl_->backward(tape, dout, grads, dcarry);
 }
 
 namespace {
@@ -87,9 +90,19 @@ namespace {
 void reuse(Tensor& t, const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name) {
   if (t.empty() || t.shape() != shape) t = Tensor(ctx, std::move(shape), name);
 }
+/// An optional state: uploaded into t (reused when it has `shape`) where given, else t emptied.
+void upload_optional(Tensor& t, const std::shared_ptr<Context>& ctx, std::span<const float> v,
+                     std::vector<std::int64_t> shape, const char* name) {
+  if (v.empty()) {
+    t = Tensor();
+    return;
+  }
+  reuse(t, ctx, std::move(shape), name);
+  t.upload(v);
+}
 }  // namespace
 
-std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, Tape* tape) {
+std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, Tape* tape, HostCarry* carry) {
   auto& m = *impl_;
   const std::lock_guard lock(m.calls);
   if (batch < 1 || tokens < 1)
@@ -101,6 +114,16 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   detail::expect_size("z", in.z.size(), BT * m.cfg.value_dim(), "[B, T, nv*D] = [" + bt + std::to_string(m.cfg.value_dim()) + "]");
   detail::expect_size("a", in.a.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
   detail::expect_size("b", in.b.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
+  const std::string b_ = std::to_string(batch) + ", ";
+  const std::size_t state = std::size_t(batch) * m.cfg.nv * kHeadDim * kHeadDim,
+                    conv_state = std::size_t(batch) * (m.cfg.conv_taps - 1) * m.cfg.channels();
+  if (!in.h0.empty())
+    detail::expect_size("h0", in.h0.size(), state, "[B, nv, D, D] = [" + b_ + std::to_string(m.cfg.nv) + ", 128, 128]");
+  if (!in.conv_state.empty())
+    detail::expect_size("conv_state", in.conv_state.size(), conv_state,
+                        "[B, K-1, C] = [" + b_ + std::to_string(m.cfg.conv_taps - 1) + ", " + std::to_string(m.cfg.channels()) + "]");
+  if (!in.h0.empty()) m.needs_state("h0");
+  if (carry) m.needs_state("the carry out (ht)");
   // A tape of the host API owns device copies of the inputs (its backward reads them).
   DeviceInputs* dst = &m.host_in;
   if (tape) {
@@ -118,19 +141,28 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   dst->z.upload(in.z);
   dst->a.upload(in.a);
   dst->b.upload(in.b);
+  upload_optional(dst->h0, m.ctx, in.h0, m.state_shape(batch), "h0");
+  upload_optional(dst->conv_state, m.ctx, in.conv_state, m.conv_state_shape(batch), "conv_state");
   reuse(m.host_out, m.ctx, {B, T, m.cfg.value_dim()}, "out");
+  DeviceCarry* dcarry = nullptr;
+  if (carry) {
+    reuse(m.host_carry.ht, m.ctx, m.state_shape(batch), "ht");
+    reuse(m.host_carry.conv_state, m.ctx, m.conv_state_shape(batch), "conv_state out");
+    dcarry = &m.host_carry;
+  }
   if (tape) {
     auto& st = detail::LayerImpl::tape_state(*tape);
     const DeviceInputs owned = st.inputs;  // forward() stores the inputs into the tape again
-    m.forward(owned, m.host_out, tape);
+    m.forward(owned, m.host_out, tape, dcarry);
     st.owns_inputs = true;
   } else {
-    m.forward(*dst, m.host_out, nullptr);
+    m.forward(*dst, m.host_out, nullptr, dcarry);
   }
+  if (carry) *carry = HostCarry{m.host_carry.ht.download(), m.host_carry.conv_state.download()};
   return m.host_out.download();
 }
 
-HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
+HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const HostCarry* dcarry) {
   auto& m = *impl_;
   const std::lock_guard lock(m.calls);
   const auto* st = detail::LayerImpl::tape_state_ptr(tape);
@@ -139,16 +171,34 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout) {
   detail::expect_size("dout", dout.size(), std::size_t(B * T) * m.cfg.value_dim(),
                       "[B, T, nv*D] = [" + std::to_string(B) + ", " + std::to_string(T) + ", " +
                           std::to_string(m.cfg.value_dim()) + "]");
+  const std::string b_ = std::to_string(B) + ", ";
+  if (dcarry && !dcarry->ht.empty()) {
+    m.needs_state("dht");
+    detail::expect_size("dht", dcarry->ht.size(), std::size_t(B) * m.cfg.nv * kHeadDim * kHeadDim,
+                        "[B, nv, D, D] = [" + b_ + std::to_string(m.cfg.nv) + ", 128, 128]");
+  }
+  if (dcarry && !dcarry->conv_state.empty())
+    detail::expect_size("dconv_state out", dcarry->conv_state.size(),
+                        std::size_t(B) * (m.cfg.conv_taps - 1) * m.cfg.channels(),
+                        "[B, K-1, C] = [" + b_ + std::to_string(m.cfg.conv_taps - 1) + ", " + std::to_string(m.cfg.channels()) + "]");
   reuse(m.host_dout, m.ctx, {B, T, m.cfg.value_dim()}, "dout");
   m.host_dout.upload(dout);
+  upload_optional(m.host_dcarry.ht, m.ctx, dcarry ? std::span<const float>(dcarry->ht) : std::span<const float>(),
+                  m.state_shape(int(B)), "dht");
+  upload_optional(m.host_dcarry.conv_state, m.ctx,
+                  dcarry ? std::span<const float>(dcarry->conv_state) : std::span<const float>(),
+                  m.conv_state_shape(int(B)), "dconv_state out");
   auto& g = m.host_grads;
   reuse(g.dqkv, m.ctx, {B, T, m.cfg.channels()}, "dqkv");
   reuse(g.dz, m.ctx, {B, T, m.cfg.value_dim()}, "dz");
   reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
   reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
-  m.backward(tape, m.host_dout, g);
-  return HostGrads{g.dqkv.download(),  g.dz.download(),     g.da.download(),       g.db.download(),
-                   g.dconv.download(), g.da_log.download(), g.ddt_bias.download(), g.dnorm.download()};
+  reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(B)), "dconv_state");
+  if (m.family->carries_state()) reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
+  m.backward(tape, m.host_dout, g, &m.host_dcarry);
+  return HostGrads{g.dqkv.download(),  g.dz.download(),      g.da.download(),       g.db.download(),
+                   g.dconv.download(), g.da_log.download(),  g.ddt_bias.download(), g.dnorm.download(),
+                   g.dh0.empty() ? std::vector<float>() : g.dh0.download(), g.dconv_state.download()};
 }
 
 }  // namespace gdn

@@ -59,6 +59,7 @@ struct LayerImpl {
   DeviceInputs host_in;
   Tensor host_out, host_dout;
   DeviceGrads host_grads;
+  DeviceCarry host_carry, host_dcarry;
   bool profiling = false;
   std::vector<KernelTime> timings;
   // Held by every call of the public Layer: threads sharing a layer take turns (its workspaces and
@@ -144,7 +145,7 @@ struct LayerImpl {
   void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
     const auto& k = family->common_kernels();
     const auto t = family->norm_tape(st.fwd);
-    const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true);
+    const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
     r.dispatch(*k.param_part,
                bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(st.inputs.z),
@@ -176,6 +177,35 @@ struct LayerImpl {
     expect_shape("a", in.a, {B, T, cfg.nv});
     expect_shape("b", in.b, {B, T, cfg.nv});
     for (const Tensor* t : {&in.qkv, &in.z, &in.a, &in.b}) check_context(*t);
+    if (!in.h0.empty()) expect_shape("h0", in.h0, state_shape(B));
+    if (!in.conv_state.empty()) expect_shape("conv_state", in.conv_state, conv_state_shape(B));
+    for (const Tensor* t : {&in.h0, &in.conv_state})
+      if (!t->empty()) check_context(*t);
+    if (!in.h0.empty()) needs_state("h0");
+  }
+  std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
+  std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
+  // A call that gives or asks for a recurrent state, on a family whose passes do not carry one.
+  void needs_state(const char* what) const {
+    if (!family->carries_state())
+      throw Error(std::string(what) + ": the " + std::string(to_string(cfg.variant)) +
+                  (cfg.matrix_units ? " (matrix units)" : "") +
+                  " family does not carry a recurrent state; Variant::" +
+                  "Subgroup or PerHead does");
+  }
+  // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: copies of qkv's rows
+  // and, for a window shorter than K-1, conv_state's (zero without one).
+  void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) const {
+    const std::size_t row = std::size_t(cfg.channels()) * kF, K1 = std::size_t(cfg.conv_taps - 1);
+    const gpu::Buffer& dst = *storage_of(out_state).buffer;
+    for (std::size_t b = 0; b < std::size_t(B); ++b) {
+      const std::size_t from_qkv = std::min<std::size_t>(K1, T), from_state = K1 - from_qkv;
+      if (from_state) {  // rows T .. K-2 of conv_state come first
+        if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row);
+        else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row);
+      }
+      r.copy(*storage_of(in.qkv).buffer, (b * T + (T - from_qkv)) * row, dst, (b * K1 + from_state) * row, from_qkv * row);
+    }
   }
 
   void check_context(const Tensor& t) const {
@@ -207,6 +237,7 @@ struct LayerImpl {
 
   // The first NaN or Inf of tensor t, as "NAME element i (index [..]) is NaN", or "".
   static std::string first_nonfinite(const Tensor& t) {
+    if (t.empty()) return "";
     const std::vector<float> v = t.download();
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (std::isfinite(v[i])) continue;
@@ -234,13 +265,27 @@ struct LayerImpl {
 
   // ---- the calls ----
 
-  void forward(const DeviceInputs& in, Tensor& out, Tape* tape) {
+  void forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
     int B = 0, T = 0;
     check_inputs(in, B, T);
     const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
+    if (carry) needs_state("the carry out (ht)");
     if (out.empty()) out = Tensor(ctx, out_shape, "out");
     expect_shape("out", out, out_shape);
     check_context(out);
+    States s;
+    if (!in.h0.empty()) s.flags |= kStateH0;
+    if (!in.conv_state.empty()) s.flags |= kStateConv;
+    if (carry) {
+      for (auto [t, name, shape] : {std::tuple{&carry->ht, "ht", state_shape(B)},
+                                    std::tuple{&carry->conv_state, "conv_state out", conv_state_shape(B)}}) {
+        if (t->empty()) *t = Tensor(ctx, shape, name);
+        expect_shape(name, *t, shape);
+        check_context(*t);
+      }
+      s.ht = carry->ht;
+      s.flags |= kStateCarry;
+    }
     BufferSet* f = &scratch_fwd;
     if (tape) {
       auto& st = tape_state(*tape);
@@ -250,16 +295,35 @@ struct LayerImpl {
       f = &st.fwd;
     }
     ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
-    if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b});
-    run([&](gpu::Recorder& r) { family->record_forward(r, in, out, *f); });
+    if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
+    run([&](gpu::Recorder& r) {
+      family->record_forward(r, in, out, *f, s);
+      if (carry) record_conv_state_out(r, in, carry->conv_state, B, T);
+    });
     if (cfg.check_finite) check_outputs_finite("forward", {&out});
   }
 
-  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g) {
+  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g, const DeviceCarry* dcarry) {
     const TapeState* st = tape_state_ptr(tape);
     check_tape(st);
     const int B = st->fwd.B, T = st->fwd.T;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
+    States s;
+    if (!st->inputs.h0.empty()) s.flags |= kStateH0;
+    if (!st->inputs.conv_state.empty()) s.flags |= kStateConv;
+    if (dcarry && !dcarry->ht.empty()) {
+      needs_state("dht");
+      expect_shape("dht", dcarry->ht, state_shape(B));
+      check_context(dcarry->ht);
+      s.dht = dcarry->ht;
+      s.flags |= kStateCarry;
+    }
+    if (dcarry && !dcarry->conv_state.empty()) {
+      expect_shape("dconv_state out", dcarry->conv_state, conv_state_shape(B));
+      check_context(dcarry->conv_state);
+      s.dconv_out = dcarry->conv_state;
+      s.flags |= kStateDconvOut;
+    }
     auto alloc = [&](Tensor& t, const char* name, const std::vector<std::int64_t>& shape) {
       if (t.empty()) t = Tensor(ctx, shape, name);
       expect_shape(name, t, shape);
@@ -272,13 +336,20 @@ struct LayerImpl {
     alloc(g.da_log, "da_log", {cfg.nv});
     alloc(g.ddt_bias, "ddt_bias", {cfg.nv});
     alloc(g.dnorm, "dnorm", {kHeadDim});
+    alloc(g.dconv_state, "dconv_state", conv_state_shape(B));
+    if (family->carries_state()) {
+      alloc(g.dh0, "dh0", state_shape(B));
+      s.dh0 = g.dh0;
+    }
     check_context(dout);
-    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm}) check_context(*t);
+    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
+      check_context(*t);
+    if (!g.dh0.empty()) check_context(g.dh0);
     ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
     ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
-    if (cfg.check_finite) check_inputs_finite("backward", {&dout});
+    if (cfg.check_finite) check_inputs_finite("backward", {&dout, &s.dht, &s.dconv_out});
     run([&](gpu::Recorder& r) {
-      family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0]);
+      family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0], s);
       record_param_grads(r, *st, dout, g);
     });
     if (cfg.check_finite)

@@ -24,7 +24,7 @@ TEST(SpirvReflect, MatchesTheDriversReportOfSharedMemory) {
     std::uint64_t shared;
   };
   const Known known[] = {
-      {"conv_fwd", spirv::conv_fwd, {4}, 5, 2368},
+      {"conv_fwd", spirv::conv_fwd, {4}, 6, 2368},
       {"chunk_factors", spirv::chunk_factors, {32, 16}, 10, 4288},
       {"chunk_prep_fwd", spirv::chunk_prep_fwd, {}, 12, 23424},
       // (the driver reports 46080: it drops chunk.glsl's lg, lgl and bet, 3 x 16 floats these two

@@ -49,6 +49,9 @@ inline Params random_params(const Config& cfg, std::uint64_t seed) {
 
 struct Batch {
   std::vector<float> qkv, z, a, b, dout;
+  // optional states (empty: zero): h0 [B, nv, D, D], conv_state [B, K-1, C], and the gradients of
+  // the states a window leaves, dht and dconv_out (the conv state out's)
+  std::vector<float> h0, conv_state, dht, dconv_out;
 };
 
 inline Batch random_batch(const Config& cfg, int B, int T, std::uint64_t seed) {
@@ -62,6 +65,7 @@ inline Batch random_batch(const Config& cfg, int B, int T, std::uint64_t seed) {
 struct Expected {
   std::vector<double> out, dqkv, dz, da, db;
   std::vector<double> dconv, da_log, ddt_bias, dnorm;  // summed over the windows
+  std::vector<double> ht, conv_state_out, dh0, dconv_state;
 };
 
 inline reference::Mat window(const std::vector<float>& v, int b, int T, int cols) {
@@ -84,14 +88,29 @@ inline Expected reference_batch(const Config& cfg, const Params& p, const Batch&
   w.dt_bias = Eigen::Map<const Eigen::VectorXf>(p.dt_bias.data(), cfg.nv).cast<double>();
   w.norm = Eigen::Map<const Eigen::VectorXf>(p.norm.data(), kHeadDim).cast<double>();
   Expected e;
+  const int K1 = cfg.conv_taps - 1;
+  const std::size_t S = std::size_t(cfg.nv) * kHeadDim;  // rows of one window's state [nv*D, D]
+  auto state = [&](const std::vector<float>& v, int b) {  // window b's [nv*D, D], or empty
+    return v.empty() ? reference::Mat() : window(v, b, int(S), kHeadDim);
+  };
+  auto conv_rows = [&](const std::vector<float>& v, int b) {  // window b's [K-1, C], or empty
+    return v.empty() ? reference::Mat() : window(v, b, K1, int(cfg.channels()));
+  };
   reference::Mat dconv = reference::Mat::Zero(cfg.channels(), cfg.conv_taps);
   reference::Vec da_log = reference::Vec::Zero(cfg.nv), ddt_bias = reference::Vec::Zero(cfg.nv),
                  dnorm = reference::Vec::Zero(kHeadDim);
   for (int b = 0; b < B; ++b) {
     reference::Window win{window(x.qkv, b, T, cfg.channels()), window(x.z, b, T, cfg.value_dim()),
-                          window(x.a, b, T, cfg.nv), window(x.b, b, T, cfg.nv)};
-    append(e.out, reference::forward(d, w, win));
-    const auto g = reference::backward(d, w, win, window(x.dout, b, T, cfg.value_dim()));
+                          window(x.a, b, T, cfg.nv), window(x.b, b, T, cfg.nv), state(x.h0, b),
+                          conv_rows(x.conv_state, b)};
+    reference::Carry carry;
+    append(e.out, reference::forward(d, w, win, &carry));
+    append(e.ht, carry.ht);
+    append(e.conv_state_out, carry.conv_state);
+    const reference::Carry dcarry{state(x.dht, b), conv_rows(x.dconv_out, b)};
+    const auto g = reference::backward(d, w, win, window(x.dout, b, T, cfg.value_dim()), &dcarry);
+    append(e.dh0, g.dh0);
+    append(e.dconv_state, g.dconv_state);
     append(e.dqkv, g.dqkv);
     append(e.dz, g.dz);
     append(e.da, g.da);

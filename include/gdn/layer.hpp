@@ -88,12 +88,21 @@ struct Params {
   std::vector<float> norm;     // [D]
 };
 
-/// Host inputs of one call; B windows of T tokens, row-major float32.
+/// Host inputs of one call; B windows of T tokens, row-major float32. The states a window starts
+/// from are optional (empty: zero), e.g. the HostCarry of the window before.
 struct HostInputs {
   std::span<const float> qkv;  // [B, T, C]
   std::span<const float> z;    // [B, T, nv*D]
   std::span<const float> a;    // [B, T, nv]
   std::span<const float> b;    // [B, T, nv]
+  std::span<const float> h0 = {};          // [B, nv, D, D] recurrent state S[k][v] (FLA's [N, HV, K, V]: kv = Sᵀk̂)
+  std::span<const float> conv_state = {};  // [B, K-1, C] the raw qkv rows before each window, oldest first
+};
+/// What a window leaves for the next (the next call's h0 and conv_state); in a backward, the
+/// gradients of the loss with respect to them (empty: zero).
+struct HostCarry {
+  std::vector<float> ht;          // [B, nv, D, D] the state after the window's last token
+  std::vector<float> conv_state;  // [B, K-1, C] the last K-1 raw qkv rows (of conv_state too, if T < K-1)
 };
 
 /// Gradients into the four input streams, and the parameters' (summed over the windows and tokens
@@ -107,16 +116,25 @@ struct HostGrads {
   std::vector<float> da_log;    // [nv]
   std::vector<float> ddt_bias;  // [nv]
   std::vector<float> dnorm;     // [D]
+  std::vector<float> dh0;          // [B, nv, D, D] (where no h0 was given too: the gradient at zero)
+  std::vector<float> dconv_state;  // [B, K-1, C]
 };
 
-/// Device-resident inputs; B and T come from qkv's shape [B, T, C].
+/// Device-resident inputs; B and T come from qkv's shape [B, T, C]; h0 and conv_state as
+/// HostInputs' (empty tensors: zero).
 struct DeviceInputs {
   Tensor qkv, z, a, b;
+  Tensor h0 = {}, conv_state = {};
+};
+/// Device-resident HostCarry: empty tensors are allocated by forward().
+struct DeviceCarry {
+  Tensor ht, conv_state;
 };
 /// Device-resident gradients (as HostGrads'); empty tensors are allocated by backward().
 struct DeviceGrads {
   Tensor dqkv, dz, da, db;
   Tensor dconv, da_log, ddt_bias, dnorm;
+  Tensor dh0 = {}, dconv_state = {};
 };
 /// The layer's parameters on the device: handles to the buffers its kernels read, which the caller
 /// may read and overwrite between calls (an optimizer step of its own), at no pipeline cost.
@@ -176,15 +194,20 @@ class Layer {
   Context& context() const;
 
   // ---- host API: spans in, vectors out (one upload and one download per call) ----
-  /// out [B, T, nv*D]. With a tape, records what backward() needs.
-  std::vector<float> forward(int batch, int tokens, const HostInputs& in, Tape* tape = nullptr);
-  /// Gradients for the output gradient dout [B, T, nv*D] of the forward recorded in `tape`.
-  HostGrads backward(const Tape& tape, std::span<const float> dout);
+  /// out [B, T, nv*D]. With a tape, records what backward() needs; with `carry`, writes the states
+  /// the window leaves (ht, conv_state) into it.
+  std::vector<float> forward(int batch, int tokens, const HostInputs& in, Tape* tape = nullptr,
+                             HostCarry* carry = nullptr);
+  /// Gradients for the output gradient dout [B, T, nv*D] of the forward recorded in `tape`, and, where
+  /// `dcarry` is given, of the states it left (dcarry->ht: dht; dcarry->conv_state: the conv state
+  /// out's; either empty: zero).
+  HostGrads backward(const Tape& tape, std::span<const float> dout, const HostCarry* dcarry = nullptr);
 
   // ---- device API: tensors stay on the device between calls ----
-  /// Writes out [B, T, nv*D] (allocated if empty). With a tape, records what backward() needs.
-  void forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr);
-  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads);
+  /// Writes out [B, T, nv*D] (allocated if empty). With a tape, records what backward() needs; with
+  /// `carry`, writes the states the window leaves.
+  void forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr, DeviceCarry* carry = nullptr);
+  void backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads, const DeviceCarry* dcarry = nullptr);
 
   /// The parameters as device tensors (shared, not copied: writes to them change the layer's).
   ParamTensors params() const;

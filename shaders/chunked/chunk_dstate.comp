@@ -1,7 +1,8 @@
 #version 460
 // Chunked backward, pass 2 of 4: the only serial pass. One workgroup per (window b, v-head h, block
 // of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
-// zero after the window) in shared memory. Columns are independent here, as in the forward. Per chunk
+// after the window dht with STATE_CARRY, else zero) in shared memory, and leaves the last (the
+// gradient of the window's start state) in dh0. Columns are independent here, as in the forward. Per chunk
 // (chunk.glsl for W, lg):
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
@@ -18,6 +19,8 @@ layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T
 layout(set = 0, binding = 3) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 4) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
 layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 6) readonly buffer Dht { float dht[]; };      // [B, nv, D, D] S[k][v] (STATE_CARRY)
+layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, nv, D, D]
 
 #define CHUNK_NO_GATES
 #include "chunk.glsl"
@@ -64,7 +67,10 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint bh = wg / NWG, blk = wg % NWG;
   const uint slots = max(nch, 2u) - 1u;
-  for (uint e = tid; e < COLS * DSP; e += 256u) ds[e] = 0.0;
+  for (uint e = tid; e < COLS * D; e += 256u) {
+    const uint j = e / D, rr = e % D;
+    ds[j * DSP + rr] = has(STATE_CARRY) ? dht[(bh * D + rr) * D + blk * COLS + j] : 0.0;
+  }
   const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
   const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
@@ -80,7 +86,7 @@ void main() {
     if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
     barrier();
     const float lgam = lg_of(CH - 1u);
-    // The chunk's end-state gradient, for chunk_values (the last chunk's is zero: not stored).
+    // The chunk's end-state gradient, for chunk_values (the last chunk's is dht: not stored).
     if (k.c + 1u < nch)
       for (uint e = tid; e < COLS * D; e += 256u) {
         const uint j = e / D, rr = e % D;
@@ -129,5 +135,10 @@ void main() {
     }
     barrier();  // every dU of the chunk has read the old dS
     [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];
+  }
+  barrier();
+  for (uint e = tid; e < COLS * D; e += 256u) {
+    const uint j = e / D, rr = e % D;
+    dh0[(bh * D + rr) * D + blk * COLS + j] = ds[j * DSP + rr];
   }
 }

@@ -18,6 +18,8 @@ layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
 layout(set = 0, binding = 13) buffer Pairs { float pairs[]; };          // [B, nv, nch][2][CH][CH] <dO_i, u_j>, <dU_i, v_j>
 layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, nv, nch] Gamma <dS, S0>
+layout(set = 0, binding = 15) readonly buffer H0 { float h0[]; };       // [B, nv, D, D] S[k][v]: chunk 0's S0 (STATE_H0)
+layout(set = 0, binding = 16) readonly buffer Dht { float dht[]; };     // [B, nv, D, D]: the last chunk's dS (STATE_CARRY)
 
 #include "chunk.glsl"
 

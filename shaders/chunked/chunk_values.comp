@@ -20,6 +20,17 @@ layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 shared vec4 tile4[4u * TILE * CHP / 4u];  // staged operands [operand][column][row i]
 shared float red[256u / 8u];              // per subgroup: its share of <dS, S0>
 
+// S0[r][c] of (window, head) bh's chunk: its checkpoint ([col][row] at s0_at) where stored, else
+// (chunk 0) h0's or zero. dS[r][c] likewise: chunk_dstate's, else (the last chunk) dht's or zero.
+float s0_el(bool stored, uint s0_at, uint bh, uint r, uint c) {
+  if (stored) return ck[s0_at + c * D + r];
+  return has(STATE_H0) ? h0[(bh * D + r) * D + c] : 0.0;
+}
+float ds_el(bool stored, uint ds_at, uint bh, uint r, uint c) {
+  if (stored) return dsc[ds_at + c * D + r];
+  return has(STATE_CARRY) ? dht[(bh * D + r) * D + c] : 0.0;
+}
+
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint wg = linear_group();  // (b*nv + h)*nch + c
@@ -28,7 +39,9 @@ void main() {
   const uint bh = wg / nch;
   const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, wg % nch);
   const uint slots = max(nch, 2u) - 1u;
-  const bool has_s0 = k.c > 0u, has_ds = k.c + 1u < nch;
+  // S0: a checkpoint, or for chunk 0 h0; dS: chunk_dstate's, or for the last chunk dht
+  const bool s0_stored = k.c > 0u, ds_stored = k.c + 1u < nch;
+  const bool has_s0 = s0_stored || has(STATE_H0), has_ds = ds_stored || has(STATE_CARRY);
   load_chunk_rows(k, tid);
   const float lgam = lg_of(CH - 1u);
 
@@ -45,14 +58,14 @@ void main() {
     vec4 x1[HR4], x2[HR4], w[HR4];
     [[unroll]] for (uint s = 0u; s < HR4; ++s) { x1[s] = vec4(0.0); x2[s] = vec4(0.0); w[s] = vec4(0.0); }
     // (0 where there is no such state: in range, should a compiler load before it selects)
-    const uint s0_at = has_s0 ? (bh * slots + k.c - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + k.c) * D * D : 0u;
+    const uint s0_at = s0_stored ? (bh * slots + k.c - 1u) * D * D : 0u, ds_at = ds_stored ? (bh * slots + k.c) * D * D : 0u;
     const uint OP = TILE * CHP / 4u;  // vec4s per staged operand
     float pre[PRE];
     float s0n[TILE], sdn[TILE];  // the next round's S0[r][c], dS[r][c], loaded a round ahead too
     [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, 0u, tid + 256u * q);
     [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-      s0n[cc] = has_s0 ? ck[s0_at + cc * D + r] : 0.0;
-      sdn[cc] = has_ds ? dsc[ds_at + cc * D + r] : 0.0;
+      s0n[cc] = s0_el(s0_stored, s0_at, bh, r, cc);
+      sdn[cc] = ds_el(ds_stored, ds_at, bh, r, cc);
     }
     for (uint c0 = 0u; c0 < D; c0 += TILE) {
       barrier();
@@ -64,8 +77,8 @@ void main() {
       if (c0 + TILE < D) {
         [[unroll]] for (uint q = 0u; q < PRE; ++q) pre[q] = value_operand(k, c0 + TILE, tid + 256u * q);
         [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-          s0n[cc] = has_s0 ? ck[s0_at + (c0 + TILE + cc) * D + r] : 0.0;
-          sdn[cc] = has_ds ? dsc[ds_at + (c0 + TILE + cc) * D + r] : 0.0;
+          s0n[cc] = s0_el(s0_stored, s0_at, bh, r, c0 + TILE + cc);
+          sdn[cc] = ds_el(ds_stored, ds_at, bh, r, c0 + TILE + cc);
         }
       }
       barrier();

@@ -15,7 +15,7 @@ layout(push_constant) uniform Push {
   uint cs;      // checkpoint interval (steps per replay segment)
   uint nseg;    // segments per window: ceil(T / cs)
   uint keep;    // 1: record what the backward reads (checkpoints, kv)
-  uint pad0;
+  uint flags;   // the states carried in and out: STATE_* below
   uint pad1;
   uint pad2;
   float eps;    // rms_eps of the output norm
@@ -23,6 +23,13 @@ layout(push_constant) uniform Push {
   float fpad1;
   float fpad2;
 } pc;
+
+// pc.flags: which carried states a call has (absent ones are zero and their buffers not read)
+#define STATE_H0 1u          // h0 given (forward and backward)
+#define STATE_CONV 2u        // conv_state given
+#define STATE_CARRY 4u       // forward: write ht; backward: dht given
+#define STATE_DCONV_OUT 8u   // backward: the gradient of the conv state out given
+bool has(uint flag) { return (pc.flags & flag) != 0u; }
 
 // y, the conv output the recurrences read, holds only the v channels: [B, T, nv*D] (q and k leave
 // conv_fwd normalized, in qkn). The element index of token row bt's head h, column 0:

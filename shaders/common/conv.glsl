@@ -3,7 +3,8 @@
 // One invocation per (window b, block of TB tokens, 4 channels): it walks its tokens with the
 // K = KT taps' inputs in registers, so each input element is read once (plus K-1 halo tokens per
 // block), as vec4 along channels (coalesced: neighbouring invocations hold neighbouring channels).
-// The conv: pre[b,t,c] = sum_j conv[c,j] * qkv[b, t-(K-1)+j, c], zero before the window; y = silu(pre).
+// The conv: pre[b,t,c] = sum_j conv[c,j] * qkv[b, t-(K-1)+j, c], where rows before the window are
+// conv_state's ([B, K-1, C], zero when none is given); y = silu(pre).
 layout(constant_id = 0) const uint KT = 4;  // conv taps (Config::conv_taps), fixed per pipeline
 #ifndef TB
 #define TB 32u  // tokens per invocation (conv_bwd, faster than 16 or 8; conv_fwd, which holds its
@@ -26,6 +27,14 @@ bool conv_block(out ConvBlock k) {
 
 // Element (b, t, channel quad) of a [B, T, C] tensor as a vec4 index; t may be out of the window.
 uint conv_at(ConvBlock k, int t) { return ((k.b * pc.t + uint(t)) * pc.c_dim) / 4u + k.c4; }
+// Element (b, row r, channel quad) of a [B, K-1, C] conv state as a vec4 index; row K-1+t holds t < 0.
+uint state_at(ConvBlock k, int r) { return ((k.b * (KT - 1u) + uint(r)) * pc.c_dim) / 4u + k.c4; }
+
+// The raw input at t >= -(K-1): qkv's row, or before the window conv_state's (zero without one).
+vec4 input_at(ConvBlock k, int t) {
+  if (t >= 0) return qkv4[conv_at(k, t)];
+  return has(STATE_CONV) ? conv_state4[state_at(k, int(KT - 1u) + t)] : vec4(0.0);
+}
 
 // The taps of the block's four channels: w[j] = conv[4 c4 + l, j] for l = 0..3.
 void conv_taps(ConvBlock k, out vec4 w[KT]) {

@@ -3,6 +3,9 @@
 // block's tokens from the last. With pre recomputed and dpre = dy * silu'(pre), raw position t
 // feeds the conv outputs t + (K-1) - j through tap j:
 //   dqkv[b,t,c] = sum_j dpre[b, t+(K-1)-j, c] * conv[c,j]   (terms past the window's end are zero)
+// and the same for the conv state's rows t = -(K-1) .. -1 into dconv_state [B, K-1, C]. The gradient
+// of the conv state out (the last K-1 rows of conv_state and qkv, STATE_DCONV_OUT) adds to the rows
+// it was taken from.
 // The K-1 outputs after the block (its halo) are recomputed, not read from a neighbour.
 // It also sums the block's share of the conv weights' gradient, dconv[c, j] = sum_t dpre[t, c] *
 // qkv[t-(K-1)+j, c] over the block's own outputs t, into dconv_part (param_sum.comp adds the blocks
@@ -17,9 +20,12 @@ layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) readonly buffer Dy { vec4 dy4[]; };      // [B, T, C] grad of y
 layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, C]
 layout(set = 0, binding = 4) writeonly buffer DconvPart { vec4 dconv_part4[]; };  // [B, ceil(T/TB), K, C/4] per block
+layout(set = 0, binding = 5) readonly buffer ConvState { vec4 conv_state4[]; };    // [B, K-1, C] (STATE_CONV)
+layout(set = 0, binding = 6) writeonly buffer DconvState { vec4 dconv_state4[]; }; // [B, K-1, C]
+layout(set = 0, binding = 7) readonly buffer DconvOut { vec4 dconv_out4[]; };      // [B, K-1, C] (STATE_DCONV_OUT)
 #ifdef DV_FROM_YV
-layout(set = 0, binding = 5) readonly buffer Yv4 { vec4 yv4[]; };     // [B, T, nv*D/4] Yv (dv = beta Yv)
-layout(set = 0, binding = 6) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
+layout(set = 0, binding = 8) readonly buffer Yv4 { vec4 yv4[]; };     // [B, T, nv*D/4] Yv (dv = beta Yv)
+layout(set = 0, binding = 9) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: beta at [1]
 #endif
 
 #include "conv.glsl"
@@ -52,13 +58,12 @@ void main() {
   // Walk u from the last output that reads the block (t_end - 1 + K - 1) down to the block's start;
   // u's inputs are u - (K-1) .. u, read from the newest down: keep them in x, shifting right.
   const int u_hi = min(t_end - 1 + int(KT - 1u), int(pc.t) - 1);
-  [[unroll]] for (uint j = 1u; j < KT; ++j) {  // x[1..K-1]: inputs u_hi - (K-1) + j
-    const int t = u_hi - int(KT - 1u) + int(j);
-    x[j] = t >= 0 ? qkv4[conv_at(k, t)] : vec4(0.0);
-  }
+  [[unroll]] for (uint j = 1u; j < KT; ++j)  // x[1..K-1]: inputs u_hi - (K-1) + j
+    x[j] = input_at(k, u_hi - int(KT - 1u) + int(j));
+  // rows from T-(K-1) on were also the conv state out
+  const int out_from = int(pc.t) - int(KT - 1u);
   for (int u = u_hi; u >= int(k.t0); --u) {
-    const int tx = u - int(KT - 1u);
-    x[0] = tx >= 0 ? qkv4[conv_at(k, tx)] : vec4(0.0);
+    x[0] = input_at(k, u - int(KT - 1u));
     vec4 pre = vec4(0.0);
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
@@ -70,9 +75,21 @@ void main() {
     if (u < t_end) {
       vec4 acc = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
+      if (has(STATE_DCONV_OUT) && u >= out_from) acc += dconv_out4[state_at(k, u - out_from)];
       dqkv4[conv_at(k, u)] = acc;
     }
     [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
+  }
+  if (k.t0 == 0u) {
+    // The conv state's rows r = 0 .. K-2 (position r - (K-1)) feed outputs r - j >= 0 through tap j;
+    // now dp[K-1-m] = dpre(m).
+    [[unroll]] for (uint r = 0u; r + 1u < KT; ++r) {
+      vec4 acc = vec4(0.0);
+      [[unroll]] for (uint j = 0u; j <= r; ++j) acc = fma(dp[KT - 1u - r + j], w[j], acc);
+      const int from = int(r) - int(KT - 1u) - out_from;  // its row in the conv state out, if T < K-1
+      if (has(STATE_DCONV_OUT) && from >= 0) acc += dconv_out4[state_at(k, from)];
+      dconv_state4[state_at(k, int(r))] = acc;
+    }
   }
   const uint blk = k.b * ((pc.t + TB - 1u) / TB) + k.t0 / TB, c4n = pc.c_dim / 4u;
   [[unroll]] for (uint j = 0u; j < KT; ++j) dconv_part4[(blk * KT + j) * c4n + k.c4] = dw[j];

@@ -1,6 +1,6 @@
 #version 460
 // Depthwise causal conv + SiLU over time, time-blocked (conv.glsl), with the q/k l2 norms fused in:
-//   y[b,t,c] = silu(sum_j conv[c,j] * qkv[b, t-(K-1)+j, c]), zero before the window
+//   y[b,t,c] = silu(sum_j conv[c,j] * qkv[b, t-(K-1)+j, c]), conv_state's rows before the window
 //   q^ = q / (sqrt(sum q^2 + 1e-6) * sqrt(D)),  k^ = k / sqrt(sum k^2 + 1e-6)   (per token and k-head)
 // The v channels go to y ([B, T, nv*D]). The q and k channels leave only as q^, k^ and their sums of squares + 1e-6:
 // nothing else reads them (the backward's qk_bwd and qk_bwd2 make q and k back from those).
@@ -15,6 +15,7 @@ layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, 
 layout(set = 0, binding = 3) writeonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
 #define TB 8u  // tokens per invocation: its outputs wait in registers (16 needs 113 registers and is slower)
 layout(set = 0, binding = 4) writeonly buffer Nq { float nq[]; };     // [2][B, T, nk] sum q^2 + 1e-6, sum k^2 + 1e-6
+layout(set = 0, binding = 5) readonly buffer ConvState { vec4 conv_state4[]; };  // [B, K-1, C] (STATE_CONV)
 
 #include "conv.glsl"
 
@@ -32,8 +33,7 @@ void main() {
     vec4 w[KT], x[KT];  // x[j]: the input at t - (K-1) + j for the token t being computed
     conv_taps(k, w);
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) {
-      const int t = int(k.t0) - int(KT - 1u) + int(j);
-      x[j] = t >= 0 ? qkv4[conv_at(k, t)] : vec4(0.0);
+      x[j] = input_at(k, int(k.t0) - int(KT - 1u) + int(j));
     }
     [[unroll]] for (uint s = 0u; s < TB; ++s) {
       y[s] = vec4(0.0);

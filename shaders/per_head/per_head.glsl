@@ -5,6 +5,9 @@
 // State snapshots in global memory (checkpoints, replay scratch) are stored [e][tid] per state so
 // that each of the 64 stores is one coalesced 1 KiB row: word e*256 + tid.
 #define STATE_WORDS (D * D)
+// Element e of thread (ty, tx)'s block in a carried state (h0, ht, dht, dh0: [B, nv, D, D], S[k][v])
+// of (window, v-head) bh.
+uint carried_at(uint bh, uint ty, uint tx, uint e) { return (bh * D + ty * 8u + e / 8u) * D + tx * 8u + e % 8u; }
 
 shared float red[16 * D];  // 16 partial sums per row or column
 

@@ -6,7 +6,8 @@
 //   do from the norm backward; dS += q^ (x) do; dq^ = S_t do; du = dS^T k^; dv = beta du;
 //   dbeta = <du, v - kv>; dkv = -beta du; dS_pre = dS + k^ (x) dkv; dk^ = dS u + (g S_{t-1}) dkv;
 //   dg = <dS_pre, S_{t-1}>; dS = g dS_pre.
-// dq^ and dk^ leave per v-head (dqk); qk_bwd sums the rep heads of a key head.
+// dq^ and dk^ leave per v-head (dqk); qk_bwd sums the rep heads of a key head. The first segment
+// replays from h0 (STATE_H0) or zero; dS starts at dht (STATE_CARRY) or zero and ends as dh0.
 #include "common.glsl"
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
@@ -28,8 +29,17 @@ layout(set = 0, binding = 13) writeonly buffer Dz { float dz[]; };      // [B, T
 layout(set = 0, binding = 14) writeonly buffer Da { float da[]; };      // [B, T, nv]
 layout(set = 0, binding = 15) writeonly buffer Db { float db[]; };      // [B, T, nv]
 layout(set = 0, binding = 16) readonly buffer ALog { float a_log[]; };  // [nv]
+layout(set = 0, binding = 17) readonly buffer H0 { float h0[]; };       // [B, nv, D, D] (STATE_H0)
+layout(set = 0, binding = 18) readonly buffer Dht { float dht[]; };     // [B, nv, D, D] (STATE_CARRY)
+layout(set = 0, binding = 19) writeonly buffer Dh0 { float dh0[]; };    // [B, nv, D, D]
 
 shared float sq[D], sk[D], svc[D], sdo[D], su[D], sdkv[D], sdk[D];
+
+// Element e of the state segment seg starts from: its checkpoint, or for the first h0 (or zero).
+float segment_start(uint seg, uint ck_at, uint bh, uint ty, uint tx, uint e) {
+  if (seg > 0u) return ck[ck_at + e * 256u + ty * 16u + tx];
+  return has(STATE_H0) ? h0[carried_at(bh, ty, tx, e)] : 0.0;
+}
 
 void main() {
   const uint bh = linear_group();  // b*nv + h
@@ -43,7 +53,7 @@ void main() {
   const uint scr0 = bh * pc.cs * STATE_WORDS;
   const uint kvs0 = bh * pc.cs * D;
   float ds[64], st[64], sp[64];  // dS; S_t; S_{t-1}
-  [[unroll]] for (uint e = 0u; e < 64u; ++e) ds[e] = 0.0;
+  [[unroll]] for (uint e = 0u; e < 64u; ++e) ds[e] = has(STATE_CARRY) ? dht[carried_at(bh, ty, tx, e)] : 0.0;
 
   for (uint sgi = 0u; sgi < pc.nseg; ++sgi) {
     const uint seg = pc.nseg - 1u - sgi;
@@ -52,7 +62,7 @@ void main() {
     const uint ck_at = seg > 0u ? (bh * ck_slots + seg - 1u) * STATE_WORDS : 0u;  // used only for seg > 0
 
     // ---- replay the segment from its checkpoint: S_t and kv of every step into the scratch ----
-    [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = seg > 0u ? ck[ck_at + e * 256u + tid] : 0.0;
+    [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = segment_start(seg, ck_at, bh, ty, tx, e);
     for (uint j = 0u; j < nst; ++j) {
       const uint bt = b * pc.t + t0 + j;
       if (tid < D) {
@@ -96,7 +106,7 @@ void main() {
       if (j > 0u) {
         [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = scr[scr0 + (j - 1u) * STATE_WORDS + e * 256u + tid];
       } else {
-        [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = seg > 0u ? ck[ck_at + e * 256u + tid] : 0.0;
+        [[unroll]] for (uint e = 0u; e < 64u; ++e) sp[e] = segment_start(seg, ck_at, bh, ty, tx, e);
       }
       const float g = gates[bt * pc.nv + h];
       const float beta = gates[(n_bt + bt) * pc.nv + h];
@@ -205,4 +215,5 @@ void main() {
       barrier();
     }
   }
+  [[unroll]] for (uint e = 0u; e < 64u; ++e) dh0[carried_at(bh, ty, tx, e)] = ds[e];
 }

@@ -3,7 +3,8 @@
 //   S <- g S;  kv = S^T k^;  u = beta (v - kv);  S <- S + k^ (x) u;  o = S^T q^
 //   out = o / sqrt(mean(o^2) + eps) * norm * silu(z)
 // With pc.keep, S is checkpointed at the start of every segment but the first (slot seg-1 holds
-// the state after step seg*cs - 1), for rec_bwd's replay.
+// the state after step seg*cs - 1), for rec_bwd's replay. S starts at h0 (STATE_H0) or zero; with
+// STATE_CARRY the state after the last step goes to ht.
 #include "common.glsl"
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
@@ -17,6 +18,8 @@ layout(set = 0, binding = 5) writeonly buffer Out { float out_[]; };    // [B, T
 layout(set = 0, binding = 6) writeonly buffer O { float o_pre[]; };     // [B, T, nv*D] o before the norm
 layout(set = 0, binding = 7) writeonly buffer Inv { float inv_rms[]; }; // [B, T, nv]
 layout(set = 0, binding = 8) writeonly buffer Ck { float ck[]; };       // [B, nv, max(nseg-1,1), D*D]
+layout(set = 0, binding = 9) readonly buffer H0 { float h0[]; };        // [B, nv, D, D] (STATE_H0)
+layout(set = 0, binding = 10) writeonly buffer Ht { float ht[]; };      // [B, nv, D, D] (STATE_CARRY)
 
 shared float sq[D], sk[D], sv[D], su[D], so[D];
 
@@ -29,7 +32,7 @@ void main() {
   const uint n_bt = pc.nb * pc.t;
   const uint ck_slots = max(pc.nseg, 2u) - 1u;
   float s[64];
-  [[unroll]] for (uint e = 0u; e < 64u; ++e) s[e] = 0.0;
+  [[unroll]] for (uint e = 0u; e < 64u; ++e) s[e] = has(STATE_H0) ? h0[carried_at(bh, ty, tx, e)] : 0.0;
 
   for (uint ti = 0u; ti < pc.t; ++ti) {
     const uint bt = b * pc.t + ti;
@@ -88,4 +91,6 @@ void main() {
     }
     barrier();  // so[0] is read above before the next step's writes
   }
+  if (has(STATE_CARRY))
+    [[unroll]] for (uint e = 0u; e < 64u; ++e) ht[carried_at(bh, ty, tx, e)] = s[e];
 }

@@ -37,6 +37,11 @@ layout(set = 0, binding = 4) readonly buffer Do { float do_in[]; };     // [B, T
 layout(set = 0, binding = 5) readonly buffer Ck { vec4 ck4[]; };        // [B, nv, max(nseg-1,1), D cols, D/4]
 layout(set = 0, binding = 6) writeonly buffer Dqk { float dqk[]; };     // [B, T, nv][NWG][257] partials
 layout(set = 0, binding = 7) writeonly buffer Dy { float dy[]; };       // [B, T, C]: writes the v part
+// the carried state: the first segment replays from h0 (STATE_H0, else zero); dS starts at dht
+// (STATE_CARRY, else zero) and ends as dh0. [B, nv, D, D] S[k][v] each.
+layout(set = 0, binding = 8) readonly buffer H0 { float h0[]; };
+layout(set = 0, binding = 9) readonly buffer Dht { float dht[]; };
+layout(set = 0, binding = 10) writeonly buffer Dh0 { float dh0[]; };
 
 #define PW 257u  // words per partial record
 // Row sums over the columns of a subgroup: butterfly stages across the column lane bits. After them
@@ -99,8 +104,8 @@ void main() {
   const uint sub = gl_SubgroupID;
   const uint row0 = butterfly_row0();
 
-  float ds[RPL];
-  [[unroll]] for (uint r = 0u; r < RPL; ++r) ds[r] = 0.0;
+  float ds[RPL];  // dS[rg*RPL + r][col]
+  [[unroll]] for (uint r = 0u; r < RPL; ++r) ds[r] = has(STATE_CARRY) ? dht[(bh * D + rg * RPL + r) * D + col] : 0.0;
   float hist[CS + 1u][RPL];
 
   for (uint sgi = 0u; sgi < pc.nseg; ++sgi) {
@@ -140,7 +145,7 @@ void main() {
         hist[0][4u * q4] = c.x; hist[0][4u * q4 + 1u] = c.y; hist[0][4u * q4 + 2u] = c.z; hist[0][4u * q4 + 3u] = c.w;
       }
     } else {
-      [[unroll]] for (uint r = 0u; r < RPL; ++r) hist[0][r] = 0.0;
+      [[unroll]] for (uint r = 0u; r < RPL; ++r) hist[0][r] = has(STATE_H0) ? h0[(bh * D + rg * RPL + r) * D + col] : 0.0;
     }
     barrier();
     // ---- replay: hist[J+1] = g hist[J] + k^ u, with the forward's exact operations ----
@@ -323,4 +328,5 @@ void main() {
 #endif
 #endif
   }
+  [[unroll]] for (uint r = 0u; r < RPL; ++r) dh0[(bh * D + rg * RPL + r) * D + col] = ds[r];
 }

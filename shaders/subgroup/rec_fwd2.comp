@@ -7,6 +7,7 @@
 // bandwidth stays below the FMA rate; sums over a column's 128 rows take 4 + 3 shuffles for the
 // lane's four columns together (transpose-reduce, then gather).
 //   S[:,c] <- g S[:,c];  kv_c = S[:,c] . k^;  u_c = beta (v_c - kv_c);  S[:,c] += k^ u_c;  o_c = S[:,c] . q^
+// S starts at h0 (STATE_H0) or zero; with STATE_CARRY the state after the last step goes to ht.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -19,6 +20,8 @@ layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B
 layout(set = 0, binding = 3) writeonly buffer O { float o_pre[]; };     // [B, T, nv*D]
 layout(set = 0, binding = 4) writeonly buffer Kv { float kv_out[]; };   // [B, T, nv*D] (pc.keep)
 layout(set = 0, binding = 5) writeonly buffer Ck { vec4 ck4[]; };       // [B, nv, max(nseg-1,1), D cols, D/4]
+layout(set = 0, binding = 6) readonly buffer H0 { float h0[]; };        // [B, nv, D, D] S[k][v] (STATE_H0)
+layout(set = 0, binding = 7) writeonly buffer Ht { float ht[]; };       // [B, nv, D, D] (STATE_CARRY)
 
 #define NWG 4u
 #define COLS 32u
@@ -65,9 +68,10 @@ void main() {
   const uint col0 = blk * COLS + cg * 4u;                     // first of the lane's 4 columns
   const uint n_bt = pc.nb * pc.t;
   const uint slots = max(pc.nseg, 2u) - 1u;
-  float s[4][16];
+  float s[4][16];  // s[c][r] = S[rg*16 + r][col0 + c]
   [[unroll]] for (uint c = 0u; c < 4u; ++c)
-    [[unroll]] for (uint r = 0u; r < 16u; ++r) s[c][r] = 0.0;
+    [[unroll]] for (uint r = 0u; r < 16u; ++r)
+      s[c][r] = has(STATE_H0) ? h0[(bh * D + rg * 16u + r) * D + col0 + c] : 0.0;
 
   for (uint tb = 0u; tb < pc.t; tb += TS) {
     const uint nst = min(TS, pc.t - tb);
@@ -150,4 +154,7 @@ void main() {
       }
     }
   }
+  if (has(STATE_CARRY))
+    [[unroll]] for (uint c = 0u; c < 4u; ++c)
+      [[unroll]] for (uint r = 0u; r < 16u; ++r) ht[(bh * D + rg * 16u + r) * D + col0 + c] = s[c][r];
 }

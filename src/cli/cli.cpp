@@ -523,7 +523,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Layer layer(ctx, cfg, params);
   params = {};
 
-  const HostInputs in{p.qkv.data, p.z.data, p.a.data, p.b.data};
+  const HostInputs in{.qkv = p.qkv.data, .z = p.z.data, .a = p.a.data, .b = p.b.data};
   Tape tape;
   std::vector<Output> outputs;
   outputs.push_back({"out", {p.B, p.T, p.nv * kD}, layer.forward(p.B, p.T, in, o.backward ? &tape : nullptr)});

@@ -24,6 +24,7 @@ class Chunked final : public ColumnSplitFamily {
 
   // The chunk length is a pipeline constant: a window shorter than it is one partial chunk.
   int interval(int) const override { return cfg_.checkpoint_interval; }
+  bool carries_state() const override { return true; }
 
   enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
@@ -43,8 +44,8 @@ class Chunked final : public ColumnSplitFamily {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
-    const Push pc = push(cfg_, f.B, f.T, true);
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, true, s);
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv, chunks = heads * pc.nseg;
     record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
     r.dispatch(*chunk_prep_,
@@ -55,7 +56,8 @@ class Chunked final : public ColumnSplitFamily {
     r.mark("chunk_prep");
     r.dispatch(*chunk_dstate_,
                bindings::chunk_dstate{.qkn = view(f[kQkn]), .lgc = view(w[kLgc]), .wm = view(w[kW]), .do_ = view(w[kDo]),
-                                      .du = view(w[kDu]), .dsc = view(w[kDsc])},
+                                      .du = view(w[kDu]), .dsc = view(w[kDsc]), .dht = view_or(s.dht, in.qkv),
+                                      .dh0 = view_or(s.dh0, in.qkv)},
                pc, heads * kColumnBlocks);
     r.mark("chunk_dstate");
     // chunk_values and chunk_grads share one binding list (shaders/chunked/chunk_grads.glsl)
@@ -63,14 +65,15 @@ class Chunked final : public ColumnSplitFamily {
       return B{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(w[kLgc]), .y = view(f[kY]),
                .kv = view(f[kKv]), .do_ = view(w[kDo]), .du = view(w[kDu]), .wm = view(w[kW]), .tm = view(w[kTm]),
                .ck = view(f[kCk]), .dsc = view(w[kDsc]), .rec = view(w[kDqk]), .dy = view(w[kDy]),
-               .pairs = view(w[kPairs]), .sdot = view(w[kSdot])};
+               .pairs = view(w[kPairs]), .sdot = view(w[kSdot]), .h0 = view_or(in.h0, in.qkv),
+               .dht = view_or(s.dht, in.qkv)};
     };
     r.dispatch(*chunk_values_, values_and_grads(bindings::chunk_values{}), pc, chunks);
     r.mark("chunk_values");
     r.dispatch(*chunk_grads_, values_and_grads(bindings::chunk_grads{}), pc, chunks);
     r.mark("chunk_grads");
     record_qk_bwd<bindings::qk_bwd2_chunked>(r, *qk_bwd_, f, w[kDqk], w[kDy], g, pc);
-    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, s.dconv_out, pc);
   }
 
  private:

@@ -77,8 +77,9 @@ class ChunkedMatrix final : public Family {
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
   const CommonKernels& common_kernels() const override { return common_; }
 
-  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) override {
-    const Push pc = push(cfg_, f.B, f.T, f.keep);
+  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                      const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, f.keep, s);
     // v: only the forward reads it (the backward reads X in its place), so no tape keeps it
     const std::size_t v_bytes = std::size_t(f.B) * f.T * cfg_.nv * kD * sizeof(float);
     if (!y_ || y_->bytes < v_bytes) y_ = dev_.create_buffer("v (conv output)", v_bytes);
@@ -102,8 +103,8 @@ class ChunkedMatrix final : public Family {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
-    const Push pc = push(cfg_, f.B, f.T, true);
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, true, s);
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv;
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
@@ -143,8 +144,10 @@ class ChunkedMatrix final : public Family {
     // dv = beta Yv, made as conv_bwd reads it (the pair pass left Yv, not dv, for the v channels)
     r.dispatch(*conv_bwd_yv_,
                bindings::conv_bwd_yv{.qkv = view(in.qkv), .conv = view(p_.conv), .dy = view(w[kDy]),
-                                     .dqkv = view(g.dqkv), .dconv_part = view(dconv_part), .yv = view(w[kYv]),
-                                     .gates = view(f[kGates])},
+                                     .dqkv = view(g.dqkv), .dconv_part = view(dconv_part),
+                                     .conv_state = view_or(in.conv_state, in.qkv),
+                                     .dconv_state = view(g.dconv_state), .dconv_out = view_or(s.dconv_out, in.qkv),
+                                     .yv = view(w[kYv]), .gates = view(f[kGates])},
                pc, conv_groups(pc.nb, pc.t, std::uint64_t(cfg_.channels()), kConvBwdTokens));
     r.mark("conv_bwd");
   }

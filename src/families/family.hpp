@@ -51,6 +51,19 @@ struct LayerParams {
 
 inline gpu::BufferView view(const gpu::Buffer& b) { return {&b}; }
 inline gpu::BufferView view(const Tensor& t) { return {storage_of(t).buffer.get()}; }
+/// t's view, or where t is empty (a state not given: its flag is off, the shader reads nothing) other's.
+inline gpu::BufferView view_or(const Tensor& t, const Tensor& other) { return view(t.empty() ? other : t); }
+
+/// The recurrent states of one call (empty tensors where absent) and Push::flags for them and the
+/// conv states: a forward reads in.h0 and writes ht; a backward reads in.h0 (the tape's) and dht and
+/// writes dh0.
+struct States {
+  Tensor ht;   // forward: the state after the last token (empty: not asked for)
+  Tensor dht;  // backward: its gradient (empty: zero)
+  Tensor dh0;  // backward: the gradient of h0
+  Tensor dconv_out;  // backward: the gradient of the conv state out (empty: zero)
+  std::uint32_t flags = 0;
+};
 
 class Family {
  public:
@@ -61,13 +74,17 @@ class Family {
   virtual std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const = 0;
   /// What one backward of (B, T) needs beyond its tape.
   virtual std::vector<BufferDecl> backward_buffers(int B, int T) const = 0;
+  /// Whether its passes take in.h0 and write ht, take dht and write dh0 (States).
+  virtual bool carries_state() const { return false; }
   /// Records a forward into r: out from `in`, writing f (forward_buffers' set).
-  virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) = 0;
+  virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                              const States& s) = 0;
   /// Records a backward: the input gradients of g (dqkv, dz, da, db) from dout and the tape (its
   /// inputs and forward set), with the workspace w (backward_buffers' set); its conv backward leaves
   /// its blocks' sums of dconv in dconv_part (the layer's param passes sum them).
   virtual void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                               const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) = 0;
+                               const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part,
+                               const States& s) = 0;
   /// What the layer's parameter-gradient passes read of a tape: o before the norm [B, T, nv*D], 1/rms
   /// [B, T, nv] and the gates [3][B, T, nv] (g, beta, a + dt_bias).
   struct NormTape {
@@ -81,11 +98,12 @@ class Family {
   virtual std::size_t scratch_bytes() const { return 0; }
 
   /// The push constants of every pass (shaders/common/common.glsl).
-  Push push(const Config& cfg, int B, int T, bool keep) const {
+  Push push(const Config& cfg, int B, int T, bool keep, const States& s) const {
     const int cs = interval(T);
     return Push{.nb = std::uint32_t(B), .t = std::uint32_t(T), .nv = std::uint32_t(cfg.nv), .nk = std::uint32_t(cfg.nk),
                 .c_dim = std::uint32_t(cfg.channels()), .kk = std::uint32_t(cfg.conv_taps), .cs = std::uint32_t(cs),
-                .nseg = std::uint32_t((T + cs - 1) / cs), .keep = keep ? 1u : 0u, .eps = cfg.rms_eps};
+                .nseg = std::uint32_t((T + cs - 1) / cs), .keep = keep ? 1u : 0u, .flags = s.flags,
+                .eps = cfg.rms_eps};
   }
 };
 
@@ -103,7 +121,9 @@ inline void record_conv_fwd(gpu::Recorder& r, const CommonKernels& k, const Conf
                             const DeviceInputs& in, const gpu::Buffer& y, const gpu::Buffer& qkn, const gpu::Buffer& nq,
                             const Push& pc) {
   r.dispatch(*k.conv_fwd,
-             bindings::conv_fwd{.qkv = view(in.qkv), .conv = view(p.conv), .y = view(y), .qkn = view(qkn), .nq = view(nq)}, pc,
+             bindings::conv_fwd{.qkv = view(in.qkv), .conv = view(p.conv), .y = view(y), .qkn = view(qkn), .nq = view(nq),
+                                .conv_state = view_or(in.conv_state, in.qkv)},
+             pc,
              conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvFwdTokens));
   r.mark("conv_fwd");  // the q/k l2 norms fused in
 }
@@ -118,10 +138,11 @@ inline void record_gate_prep(gpu::Recorder& r, const CommonKernels& k, const Con
 }
 inline void record_conv_bwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                             const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g,
-                            const gpu::Buffer& dconv_part, const Push& pc) {
+                            const gpu::Buffer& dconv_part, const Tensor& dconv_out, const Push& pc) {
   r.dispatch(*k.conv_bwd,
              bindings::conv_bwd{.qkv = view(in.qkv), .conv = view(p.conv), .dy = view(dy), .dqkv = view(g.dqkv),
-                                .dconv_part = view(dconv_part)},
+                                .dconv_part = view(dconv_part), .conv_state = view_or(in.conv_state, in.qkv),
+                                .dconv_state = view(g.dconv_state), .dconv_out = view_or(dconv_out, in.qkv)},
              pc,
              conv_groups(pc.nb, pc.t, std::uint64_t(cfg.channels()), kConvBwdTokens));
   r.mark("conv_bwd");

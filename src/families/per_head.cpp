@@ -17,6 +17,7 @@ class PerHead final : public Family {
 
   // An interval longer than the window is the window: one segment, and scratch for T states only.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
+  bool carries_state() const override { return true; }
 
   enum Fwd { kY, kQkn, kNq, kGates, kO, kInv, kCk };
   std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const override {
@@ -40,34 +41,36 @@ class PerHead final : public Family {
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
   const CommonKernels& common_kernels() const override { return common_; }
 
-  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) override {
-    const Push pc = push(cfg_, f.B, f.T, f.keep);
+  void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                      const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, f.keep, s);
     record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
     record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);
     r.dispatch(*rec_fwd_,
                bindings::rec_fwd{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .z = view(in.z),
                                  .norm = view(p_.norm), .out = view(out), .o = view(f[kO]), .inv = view(f[kInv]),
-                                 .ck = view(f[kCk])},
+                                 .ck = view(f[kCk]), .h0 = view_or(in.h0, in.qkv), .ht = view_or(s.ht, in.qkv)},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("rec_fwd");
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
-    const Push pc = push(cfg_, f.B, f.T, true);
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, true, s);
     r.dispatch(*rec_bwd_,
                bindings::rec_bwd{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .z = view(in.z),
                                  .norm = view(p_.norm), .o = view(f[kO]), .inv = view(f[kInv]), .ck = view(f[kCk]),
                                  .dout = view(dout), .scr = view(w[kScr]), .kvs = view(w[kKvs]), .dqk = view(w[kDqk]),
                                  .dy = view(w[kDy]), .dz = view(g.dz), .da = view(g.da), .db = view(g.db),
-                                 .a_log = view(p_.a_log)},
+                                 .a_log = view(p_.a_log), .h0 = view_or(in.h0, in.qkv),
+                                 .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv)},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("rec_bwd");
     r.dispatch(*qk_bwd_,
                bindings::qk_bwd{.qkn = view(f[kQkn]), .nq = view(f[kNq]), .dqk = view(w[kDqk]), .dy = view(w[kDy])}, pc,
                std::uint64_t(f.B) * f.T * cfg_.nk);
     r.mark("qk_bwd");
-    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, s.dconv_out, pc);
   }
 
  private:

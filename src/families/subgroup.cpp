@@ -28,13 +28,15 @@ std::vector<BufferDecl> ColumnSplitFamily::forward_buffers(int B, int T, bool ke
           {"checkpoints", ck},               {"kv per step", keep ? BT * nv * kD : 1}};
 }
 
-void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f) {
-  const Push pc = push(cfg_, f.B, f.T, f.keep);
+void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                                       const States& s) {
+  const Push pc = push(cfg_, f.B, f.T, f.keep, s);
   record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
   record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);
   r.dispatch(*rec_fwd2_,
              bindings::rec_fwd2{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .o = view(f[kO]),
-                                .kv = view(f[kKv]), .ck = view(f[kCk])},
+                                .kv = view(f[kKv]), .ck = view(f[kCk]), .h0 = view_or(in.h0, in.qkv),
+                                .ht = view_or(s.ht, in.qkv)},
              pc,
              std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
   r.mark("rec_fwd2");
@@ -89,6 +91,7 @@ class Subgroup final : public ColumnSplitFamily {
 
   // An interval longer than the window is the window: one segment.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
+  bool carries_state() const override { return true; }
 
   enum Bwd { kDo, kDqk, kDy };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
@@ -99,19 +102,20 @@ class Subgroup final : public ColumnSplitFamily {
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part) override {
-    const Push pc = push(cfg_, f.B, f.T, true);
+                       const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
+    const Push pc = push(cfg_, f.B, f.T, true, s);
     record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
     const gpu::Pipeline& rec_bwd2 = backward_for(pc.cs);
     backward_build(dev_.info(), pc.cs).with_bindings([&]<class B>(B) {
       r.dispatch(rec_bwd2,
                  B{.y = view(f[kY]), .qkn = view(f[kQkn]), .gates = view(f[kGates]), .kv = view(f[kKv]),
-                   .do_ = view(w[kDo]), .ck = view(f[kCk]), .dqk = view(w[kDqk]), .dy = view(w[kDy])},
+                   .do_ = view(w[kDo]), .ck = view(f[kCk]), .dqk = view(w[kDqk]), .dy = view(w[kDy]),
+                   .h0 = view_or(in.h0, in.qkv), .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv)},
                  pc, std::uint64_t(f.B) * cfg_.nv * kColumnBlocks);
     });
     r.mark("rec_bwd2");
     record_qk_bwd<bindings::qk_bwd2>(r, *qk_bwd2_, f, w[kDqk], w[kDy], g, pc);
-    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, pc);
+    record_conv_bwd(r, common_, cfg_, p_, in, w[kDy], g, dconv_part, s.dconv_out, pc);
   }
 
  private:

@@ -2,7 +2,8 @@
 // gdn_bindgen <shader.spv> <name> <out.hpp>: writes the host's view of a compute shader's storage
 // buffers, read from a SPIR-V build that keeps its names (glslc without -O): a struct
 // gdn::bindings::<name> with one gpu::BufferView per binding, in binding order, named after the
-// buffer block declared there (`buffer DconvPart` and `buffer DconvPart4` are both `dconv_part`). A
+// buffer block declared there (`buffer DconvPart` and `buffer DconvPart4` are both `dconv_part`;
+// `buffer H0` is `h0`). A
 // dispatch takes that struct (vk/device.hpp), so a renamed, added, removed or reordered binding is a
 // compile error in the code that binds it, and nothing of the interface is mirrored by hand.
 #include <cctype>
@@ -20,11 +21,12 @@
 
 namespace {
 
-// A block name as a C++ field: trailing digits (a vector view's suffix) dropped, CamelCase to
+// A block name as a C++ field: a vector view's suffix (2 or 4, after a letter) dropped, CamelCase to
 // snake_case, a C++ keyword given a trailing underscore.
 std::string field_name(const std::string& block) {
   std::string b = block;
-  while (!b.empty() && std::isdigit(static_cast<unsigned char>(b.back()))) b.pop_back();
+  if (b.size() > 1 && (b.back() == '2' || b.back() == '4') && std::isalpha(static_cast<unsigned char>(b[b.size() - 2])))
+    b.pop_back();
   std::string out;
   for (std::size_t i = 0; i < b.size(); ++i) {
     const auto c = static_cast<unsigned char>(b[i]);

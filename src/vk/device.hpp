@@ -96,6 +96,10 @@ class Recorder {
   }
   /// Fills a buffer with a 32-bit pattern (e.g. NaN poison in tests, zero accumulators).
   void fill(const Buffer& b, std::uint32_t word);
+  /// Fills bytes [offset, offset + bytes) of b (multiples of 4).
+  void fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes);
+  /// Copies `bytes` from src at src_offset to dst at dst_offset.
+  void copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset, std::size_t bytes);
   /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`.
   void mark(std::string label);
 
