@@ -26,10 +26,10 @@
 // Precision: fp32 operands as fp16 pairs, mma.glsl. As in chunk_fwd_mma, each subgroup keeps its own
 // scales for its 16 columns, chosen again at every chunk, one per quantity whose magnitude goes its
 // own way (dS is about |q^| |dO|, dU and Yv |q^| |k^| |dO|, and q^, k^ are small where qkv is):
-// 2^eo dO, eo from the chunk's largest |dO|; 2^ed dS, ed from the state's exact largest value
-// (chunk_exponent: the state is rescaled, exactly, when ed moves); 2^eu dU and Yv, eu from the
-// larger of the bounds of dU's two terms (P's and K~'s exponents); and 2^ev U and X (the forward's
-// exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps each
+// 2^eo dO, eo from the chunk's largest |dO|; 2^ed dS, ed set by each update from a bound on the new
+// state (state_exponent, chunk_mma.glsl); 2^eu dU and Yv, eu from the larger of the bounds of dU's
+// two terms (P's and K~'s exponents, and the state's exact largest value, reduced beside the
+// staging); and 2^ev U and X (the forward's exponent, vscale). It stores dO, Yv, dS and the pair dots as their true values; dscale keeps each
 // head's smallest eo, ed and eu, the scales the later passes' products take dO, dS and Yv at.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -127,8 +127,10 @@ void main() {
   const int ev = int(vscale[bh]);
   const float sv = pow2(ev);
   int ed = 0, eu = 0;  // the exponents of dS (carried from chunk to chunk) and of the last chunk's dU, Yv
-  int eo_min = 999, ed_min = 999, eu_min = 999;  // the smallest over the window (of chunks with nonzero values)
-  float dsmax = 0.0;   // the largest |dS| of its columns (the true value)
+  int eo_min = 999, ed_min = 999, eu_min = 999;  // the smallest over the window (of chunks with nonzero values;
+                                                  // for dS the exponent of its largest value)
+  float s_lane[8];  // the lane's largest |2^ed dS| of each tile, made as the update leaves them
+  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) s_lane[rt] = 0.0;
 
   F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
@@ -161,11 +163,14 @@ void main() {
       part[e] = dot(wd[e], o[e]);
     }
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
+    // the largest |dS| of the subgroup's columns, reduced beside the staging
+    const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
     if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
     int eo;
+    float omax;  // the largest |dO| of the subgroup's columns
     {
       vec4 dO[2];
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -178,23 +183,19 @@ void main() {
         }
       }
       // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
-      const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+      omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
       eo = scale_exponent(omax);
       if (omax > 0.0) eo_min = min(eo_min, eo);
-      if (dsmax > 0.0) {
-        const int en = chunk_exponent(dsmax, ed);
-        if (en != ed) {
-          const float r = pow2(en - ed);
-          [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * r;
-          ed = en;
-        }
-        ed_min = min(ed_min, ed);
-        eu = min(eo + cur.ep, ed + cur.eqk);
+      if (s_start > 0.0) {
+        // dS^T K~^T at 2^(ed + eqk) is under 128 |2^ed dS| 2^1 < 2^(td + 9), td = floor(log2(2^ed |dS|))
+        const int td = int(floatBitsToUint(s_start * pow2(ed)) >> 23u) - 127;
+        eu = min(eo + cur.ep, ed + cur.eqk - td);
+        ed_min = min(ed_min, scale_exponent(s_start));
       } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
         eu = eo + cur.ep;
         ed = eu - cur.eqk;
       }
-      if (omax > 0.0 || dsmax > 0.0) eu_min = min(eu_min, eu);
+      if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
       [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
       TILE_SYNC()  // the subgroup's dO tile is in
     }
@@ -222,7 +223,7 @@ void main() {
     }
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split(dst[rt], sh, sl);
+      split_state(dst[rt], sh, sl);
       coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
       coopMatLoadNV(bl, kl, 4u * rt, DP, true);
       MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
@@ -256,18 +257,24 @@ void main() {
     // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
     F16M uh, ul;
     split(du, uh, ul);
+    float y_max;  // the largest |2^eu Yv|
     {
       F16M bh_, bl;
       coopMatLoadNV(bh_, th, 0u, PP, false);
       coopMatLoadNV(bl, tl, 0u, PP, false);
       F32M yt = F32M(0.0), y_lo = F32M(0.0);
       MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
-      split(unsplit(yt, y_lo), yth, ytl);
+      yt = unsplit(yt, y_lo);
+      y_max = subgroup_max32(tile_absmax(yt));
+      split(yt, yth, ytl);
     }
     // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
     // loads of the stages): the first product at 2^(eo + eqk), the second at 2^(eu + eqk)
     const float gam = exp(cur.lgam.x + cur.lgam.y);
-    const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(ed - eu - cur.eqk);
+    // The new dS at 2^en (state_exponent), from the bound Gamma |dS| + 16 rows of |Q~|,
+    // |diag(beta gamma) K| < 2^(1 - eqk) times |dO| and |Yv|.
+    const int en = state_exponent(gam * s_start + 32.0 * pow2(-cur.eqk) * (omax + y_max * pow2(-eu)));
+    const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(en - eu - cur.eqk);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M qb, ql_, wb, wl_;
       coopMatLoadNV(qb, qh, 4u * rt, DP, false);
@@ -280,8 +287,9 @@ void main() {
       lo = lo * o_to_u;
       MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
       dst[rt] = unsplit(acc, lo) * from_u;
+      s_lane[rt] = tile_absmax(dst[rt]);
     }
-    dsmax = state_absmax(dst) * pow2(-ed);
+    ed = en;
   }
   yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
   barrier();

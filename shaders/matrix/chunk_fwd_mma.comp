@@ -17,10 +17,11 @@
 // Precision: fp32 operands as fp16 pairs, mma.glsl. A subgroup's 16 state columns evolve apart from
 // the others' (the delta rule is separable along the value dims), so each subgroup keeps its own
 // scales, two of them, since S is about |k^| times V and k^ is small where qkv is: it works on
-// 2^eu V (so on 2^eu U and X), eu from the chunk's largest |v|, and on 2^es S, es from the state's
-// exact largest value (chunk_exponent; the state is rescaled, exactly, when es moves), and stores
-// U, X, O and the states as their true values. vscale keeps each head's smallest eu and es, the
-// scales of U and X and of S in the backward's products.
+// 2^eu V (so on 2^eu U and X), eu from the chunk's largest |v|, and on 2^es S, es set by each
+// update from a bound on the new state (state_exponent, chunk_mma.glsl), and stores U, X, O and the
+// states as their true values. vscale keeps each head's smallest eu and the smallest exponent that
+// puts a state's exact largest value in [1, 2) (reduced off the chain, a chunk late), the scales of
+// U and X and of S in the backward's products.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -90,8 +91,8 @@ void main() {
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   int es = 0;                   // the exponent of the state now
-  int eu_min = 999, es_min = 999;  // the smallest eu and es over the window (of chunks with nonzero values)
-  float smax = 0.0;              // the largest |S| of the subgroup's columns (the true value)
+  int eu_min = 999, es_min = 999;  // the smallest eu and scale_exponent(|S|) over the window
+                                   // (of chunks with nonzero values)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
 
@@ -117,15 +118,6 @@ void main() {
     const float vmax = subgroup_max32(max(max4(abs(v[0])), max4(abs(v[1]))));
     const int eu = scale_exponent(vmax);
     if (vmax > 0.0) eu_min = min(eu_min, eu);
-    if (smax > 0.0) {
-      const int en = chunk_exponent(smax, es);
-      if (en != es) {
-        const float r = pow2(en - es);
-        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = st[rt] * r;
-        es = en;
-      }
-      es_min = min(es_min, es);
-    }
     const float inv_su = pow2(-eu);
     vec4 z[2];
     FETCH_TILE(z4, k, lane, col0, z)
@@ -149,9 +141,11 @@ void main() {
     // -S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major loads), at
     // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
     F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
+    float s_lane[8];  // the lane's largest |2^es S| of each tile
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M sh, sl, bh_, bl;
-      split(st[rt], sh, sl);
+      s_lane[rt] = tile_absmax(st[rt]);
+      split_state(st[rt], sh, sl);
       coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
       coopMatLoadNV(bl, xl, 4u * rt, DP, true);
       MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
@@ -181,6 +175,9 @@ void main() {
       coopMatLoadNV(bl, tl, 0u, PP, true);
       mma_split_into(u, xh, xl, bh_, bl);
     }
+    const float s_start = subgroup_max32(max8(s_lane)) * pow2(-es);  // the largest |S0| of the subgroup's columns
+    if (s_start > 0.0) es_min = min(es_min, scale_exponent(s_start));
+    const float u_max = subgroup_max32(tile_absmax(u));  // of 2^eu U
     F16M uh, ul;
     split(u, uh, ul);
     {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j]), each scaled back
@@ -211,8 +208,11 @@ void main() {
 
     const float gam = exp(cur.lgam.x + cur.lgam.y);
 
-    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk)
-    const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(es - eu - cur.eqk);
+    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
+    // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
+    // from the chunk's largest |k^|, the decays are at most 1) times |U|.
+    const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cur.eqk)));
+    const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(en - eu - cur.eqk);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       F16M bh_, bl;
       coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
@@ -221,7 +221,7 @@ void main() {
       MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
       st[rt] = unsplit(acc, lo) * from_p;
     }
-    smax = state_absmax(st) * pow2(-es);
+    es = en;
 
     // (the next chunk's writes of row_part come after its second barrier, by when the reads of
     // these row sums are done)

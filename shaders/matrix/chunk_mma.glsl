@@ -72,20 +72,32 @@ float subgroup_max32(float x) {
   [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
   return x;
 }
-// The largest |x| over a subgroup's 16 x 16 tiles st[8] (the state): a tree, not a chain of 64.
-float state_absmax(F32M st[8]) {
-  float m[8];
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-    m[rt] = 0.0;
-    for (int e = 0; e < st[rt].length(); ++e) m[rt] = max(m[rt], abs(st[rt][e]));
-  }
-  return subgroup_max32(max(max(max(m[0], m[1]), max(m[2], m[3])), max(max(m[4], m[5]), max(m[6], m[7]))));
+// The largest |x| of the lane's elements of a 16 x 16 tile.
+float tile_absmax(F32M x) {
+  float m = 0.0;
+  for (int e = 0; e < x.length(); ++e) m = max(m, abs(x[e]));
+  return m;
 }
-// The exponent a subgroup's scale takes for a chunk whose largest magnitude is m, from es: es itself
-// while m 2^es is in [1/4, 2) (the state is rescaled less often), else scale_exponent(m).
-int chunk_exponent(float m, int es) {
-  const int en = scale_exponent(m);
-  return en < es || en > es + 2 ? en : es;
+// The largest of 8 values, as a tree (the lanes' maxima of a state's 8 tiles).
+float max8(float m[8]) { return max(max(max(m[0], m[1]), max(m[2], m[3])), max(max(m[4], m[5]), max(m[6], m[7]))); }
+// The serial passes' states: each update is scaled, in its last multiply, to the exponent that puts
+// a bound on the new state's largest magnitude (true units) in [2^13, 2^14), the bound made from
+// values at hand when the update starts: Gamma times the exact largest |S| at the chunk's start
+// (a reduction off the chain: the one chunk's update to the next chunk's products holds none) plus
+// a bound on the update's products. Held so high, the state keeps 22 bits in its largest elements
+// however loose the bound (up to 2^26 over the largest value), lo stays under fp16's 2^15, and an
+// element under 2^-14, whose hi the matrix units flush, is under 2^-27 of the bound: the states are
+// split without hi's flush (split_state). The exponent for a bound > 0 (else 0), within +-60.
+int state_exponent(float bound) {
+  if (!(bound > 0.0)) return 0;
+  return clamp(140 - max(int(floatBitsToUint(bound) >> 23u) & 0xFF, 1), -60, 60);  // 127 - biased + 13
+}
+// split() without hi's flush below fp16's smallest normal, for the states (state_exponent).
+void split_state(F32M x, out F16M hi, out F16M lo) {
+  F32M h = x;
+  for (int e = 0; e < h.length(); ++e) h[e] = uintBitsToFloat((floatBitsToUint(x[e]) + 0x1000u) & 0xFFFFE000u);
+  hi = F16M(h);
+  lo = F16M((x - h) * LO);
 }
 // The smallest x over the workgroup, through row_part, after the passes' loops. Every invocation
 // must call it: it has barriers.

@@ -17,7 +17,8 @@
 // each quantity (vscale, dscale). A product whose operands carry different exponents goes into an
 // accumulator rescaled to its scale first. The decays, T and beta are at most 1 or near it.
 // Range: every scaled quantity from 2^-60 to 2^60 (scale_exponent's clamp), and within a tile 22 bits
-// down to 2^-13 of its largest element.
+// down to 2^-13 of its largest element (the serial passes' states: held with a bound on their largest
+// value near 2^13, state_exponent in chunk_mma.glsl, down to 2^-27 of the bound).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
