@@ -107,6 +107,8 @@ void main() {
     next = fetch_operators(k0, tid);
     fetch_v(k0, lane, col0, v_next);
   }
+  // the largest |v| of the next chunk's rows at the subgroup's columns, reduced during the chunk before
+  float vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
   // A chunk's output waits for every subgroup's row sums: it is written after the next chunk's first
   // barrier (the last chunk's after the loop), which saves a barrier per chunk.
   vec4 o_prev[2], z_prev[2];
@@ -115,7 +117,7 @@ void main() {
     const Operators cur = next;
     const vec4 v[2] = v_next;
     // the chunk's scales: eu of V, es of the state
-    const float vmax = subgroup_max32(max(max4(abs(v[0])), max4(abs(v[1]))));
+    const float vmax = vmax_next;
     const int eu = scale_exponent(vmax);
     if (vmax > 0.0) eu_min = min(eu_min, eu);
     const float inv_su = pow2(-eu);
@@ -211,6 +213,7 @@ void main() {
     // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
     // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
     // from the chunk's largest |k^|, the decays are at most 1) times |U|.
+    vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
     const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cur.eqk)));
     const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(en - eu - cur.eqk);
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
