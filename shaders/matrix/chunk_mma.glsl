@@ -163,16 +163,15 @@ Operators fetch_operators(Chunk k, uint tid) {
 // workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   const float sq = pow2(f.eqk);
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {  // (each row's factors made as scalars first)
     const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
-    const vec4 k = sq * f.k[e], q = sq * f.q[e];
-    const float g_i = exp(f.lgi[e].x + f.lgi[e].y);
-    PUT_SPLIT4(kh, kl, at, exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y)) * k)
-    PUT_SPLIT4(qh, ql, at, g_i * q)
+    const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
+    PUT_SPLIT4(kh, kl, at, (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
+    PUT_SPLIT4(qh, ql, at, g_i * f.q[e])
 #ifdef DSTATE_STAGE
-    PUT_SPLIT4(xh, xl, at, -f.bei[e] * g_i * k)
+    PUT_SPLIT4(xh, xl, at, (-f.bei[e] * g_i) * f.k[e])
 #else
-    PUT_SPLIT4(xh, xl, at, -g_i * k)
+    PUT_SPLIT4(xh, xl, at, -g_i * f.k[e])
 #endif
   }
   if (tid < 64u) {
