@@ -29,6 +29,8 @@ struct Options {
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
   bool matrix_units = true;
+  bool states = false;       // --states
+  bool param_grads = true;   // --no-param-grads: false
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
   std::string json;
@@ -58,6 +60,8 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--ckpt") o.ckpt = parse_int(a, value(), 1);
     else if (a == "--variant") o.variant = parse_variant(value());
     else if (a == "--no-matrix") o.matrix_units = false;
+    else if (a == "--states") o.states = true;
+    else if (a == "--no-param-grads") o.param_grads = false;
     else if (a == "--repeats") o.repeats = parse_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
     else if (a == "--json") o.json = value();
@@ -121,11 +125,14 @@ std::string gib(std::size_t b) {
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--repeats N] [--warmup N]\n"
-         "          [--json FILE]\n"
+         "          [--states] [--no-param-grads] [--json FILE]\n"
          "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
          "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n"
-         "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n";
+         "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n"
+         "  --states: every call carries state: h0 and conv_state in, ht and the conv state out, and their\n"
+         "    gradients through the backward.\n"
+         "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -156,7 +163,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
           << "performance figures (pass --batch/--tokens/--nv/--nk for another)\n";
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
-                     .variant = o.variant, .matrix_units = o.matrix_units};
+                     .variant = o.variant, .matrix_units = o.matrix_units, .param_grads = o.param_grads};
     cfg.check();  // before any size made from it is allocated
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
@@ -178,6 +185,13 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     Tensor y;
     Tape tape;
     DeviceGrads grads;
+    DeviceCarry carry, dcarry;
+    if (o.states) {
+      in.h0 = random_tensor(ctx, {B, cfg.nv, kHeadDim, kHeadDim}, "h0", 15);
+      in.conv_state = random_tensor(ctx, {B, cfg.conv_taps - 1, cfg.channels()}, "conv_state", 16);
+      dcarry = {random_tensor(ctx, {B, cfg.nv, kHeadDim, kHeadDim}, "dht", 17),
+                random_tensor(ctx, {B, cfg.conv_taps - 1, cfg.channels()}, "dconv_state out", 18)};
+    }
 
     const double BT = double(B) * double(T), F = 4.0, D2 = double(kHeadDim) * kHeadDim;
     const double in_bytes = F * BT * (cfg.channels() + cfg.value_dim() + 2.0 * cfg.nv);
@@ -188,11 +202,11 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
                  .bytes = 2 * in_bytes + F * BT * cfg.value_dim(),  // read inputs + dout, write their grads
                  .flops = 21 * D2 * BT * cfg.nv};
     auto step = [&](bool timed) {
-      layer.forward(in, y, nullptr);
+      layer.forward(in, y, nullptr, o.states ? &carry : nullptr);
       if (timed) passes[0].add(layer.last_timings());
-      layer.forward(in, y, &tape);
+      layer.forward(in, y, &tape, o.states ? &carry : nullptr);
       if (timed) passes[1].add(layer.last_timings());
-      layer.backward(tape, dout, grads);
+      layer.backward(tape, dout, grads, o.states ? &dcarry : nullptr);
       if (timed) passes[2].add(layer.last_timings());
     };
     err << "gdn bench: " << dev.name << ", B " << B << " T " << T << " nv " << cfg.nv << " nk " << cfg.nk << " K "
@@ -212,7 +226,9 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << ")\n"
         << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
         << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
-        << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "") << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
+        << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "")
+        << (o.states ? "; states carried in and out" : "") << (o.param_grads ? "" : "; no parameter gradients")
+        << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";
     if (cpu) out << "(a CPU driver: these times are not performance figures)\n";

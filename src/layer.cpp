@@ -122,8 +122,6 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   if (!in.conv_state.empty())
     detail::expect_size("conv_state", in.conv_state.size(), conv_state,
                         "[B, K-1, C] = [" + b_ + std::to_string(m.cfg.conv_taps - 1) + ", " + std::to_string(m.cfg.channels()) + "]");
-  if (!in.h0.empty()) m.needs_state("h0");
-  if (carry) m.needs_state("the carry out (ht)");
   // A tape of the host API owns device copies of the inputs (its backward reads them).
   DeviceInputs* dst = &m.host_in;
   if (tape) {
@@ -173,7 +171,6 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
                           std::to_string(m.cfg.value_dim()) + "]");
   const std::string b_ = std::to_string(B) + ", ";
   if (dcarry && !dcarry->ht.empty()) {
-    m.needs_state("dht");
     detail::expect_size("dht", dcarry->ht.size(), std::size_t(B) * m.cfg.nv * kHeadDim * kHeadDim,
                         "[B, nv, D, D] = [" + b_ + std::to_string(m.cfg.nv) + ", 128, 128]");
   }
@@ -194,11 +191,11 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
   reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
   reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
   reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(B)), "dconv_state");
-  if (m.family->carries_state()) reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
+  reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
   m.backward(tape, m.host_dout, g, &m.host_dcarry);
-  return HostGrads{g.dqkv.download(),  g.dz.download(),      g.da.download(),       g.db.download(),
-                   g.dconv.download(), g.da_log.download(),  g.ddt_bias.download(), g.dnorm.download(),
-                   g.dh0.empty() ? std::vector<float>() : g.dh0.download(), g.dconv_state.download()};
+  auto get = [](const Tensor& t) { return t.empty() ? std::vector<float>() : t.download(); };
+  return HostGrads{get(g.dqkv),  get(g.dz),     get(g.da),       get(g.db),    get(g.dconv),
+                   get(g.da_log), get(g.ddt_bias), get(g.dnorm), get(g.dh0), get(g.dconv_state)};
 }
 
 }  // namespace gdn

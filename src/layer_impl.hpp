@@ -181,18 +181,9 @@ struct LayerImpl {
     if (!in.conv_state.empty()) expect_shape("conv_state", in.conv_state, conv_state_shape(B));
     for (const Tensor* t : {&in.h0, &in.conv_state})
       if (!t->empty()) check_context(*t);
-    if (!in.h0.empty()) needs_state("h0");
   }
   std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
-  // A call that gives or asks for a recurrent state, on a family whose passes do not carry one.
-  void needs_state(const char* what) const {
-    if (!family->carries_state())
-      throw Error(std::string(what) + ": the " + std::string(to_string(cfg.variant)) +
-                  (cfg.matrix_units ? " (matrix units)" : "") +
-                  " family does not carry a recurrent state; Variant::" +
-                  "Subgroup or PerHead does");
-  }
   // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: copies of qkv's rows
   // and, for a window shorter than K-1, conv_state's (zero without one).
   void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) const {
@@ -259,7 +250,7 @@ struct LayerImpl {
   }
   void check_outputs_finite(const char* call, std::initializer_list<const Tensor*> ts) const {
     for (const Tensor* t : ts)
-      if (auto m = first_nonfinite(*t); !m.empty())
+      if (auto m = t ? first_nonfinite(*t) : ""; !m.empty())
         throw Error(std::string(call) + ": " + m + ", from finite inputs (Config::check_finite)");
   }
 
@@ -269,7 +260,6 @@ struct LayerImpl {
     int B = 0, T = 0;
     check_inputs(in, B, T);
     const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
-    if (carry) needs_state("the carry out (ht)");
     if (out.empty()) out = Tensor(ctx, out_shape, "out");
     expect_shape("out", out, out_shape);
     check_context(out);
@@ -298,9 +288,12 @@ struct LayerImpl {
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
     run([&](gpu::Recorder& r) {
       family->record_forward(r, in, out, *f, s);
-      if (carry) record_conv_state_out(r, in, carry->conv_state, B, T);
+      if (carry) {
+        record_conv_state_out(r, in, carry->conv_state, B, T);
+        r.mark("conv_state_out");
+      }
     });
-    if (cfg.check_finite) check_outputs_finite("forward", {&out});
+    if (cfg.check_finite) check_outputs_finite("forward", {&out, carry ? &carry->ht : nullptr, carry ? &carry->conv_state : nullptr});
   }
 
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g, const DeviceCarry* dcarry) {
@@ -312,7 +305,6 @@ struct LayerImpl {
     if (!st->inputs.h0.empty()) s.flags |= kStateH0;
     if (!st->inputs.conv_state.empty()) s.flags |= kStateConv;
     if (dcarry && !dcarry->ht.empty()) {
-      needs_state("dht");
       expect_shape("dht", dcarry->ht, state_shape(B));
       check_context(dcarry->ht);
       s.dht = dcarry->ht;
@@ -332,28 +324,29 @@ struct LayerImpl {
     alloc(g.dz, "dz", {B, T, cfg.value_dim()});
     alloc(g.da, "da", {B, T, cfg.nv});
     alloc(g.db, "db", {B, T, cfg.nv});
-    alloc(g.dconv, "dconv", {cfg.channels(), cfg.conv_taps});
-    alloc(g.da_log, "da_log", {cfg.nv});
-    alloc(g.ddt_bias, "ddt_bias", {cfg.nv});
-    alloc(g.dnorm, "dnorm", {kHeadDim});
-    alloc(g.dconv_state, "dconv_state", conv_state_shape(B));
-    if (family->carries_state()) {
-      alloc(g.dh0, "dh0", state_shape(B));
-      s.dh0 = g.dh0;
+    if (cfg.param_grads) {
+      alloc(g.dconv, "dconv", {cfg.channels(), cfg.conv_taps});
+      alloc(g.da_log, "da_log", {cfg.nv});
+      alloc(g.ddt_bias, "ddt_bias", {cfg.nv});
+      alloc(g.dnorm, "dnorm", {kHeadDim});
     }
+    alloc(g.dconv_state, "dconv_state", conv_state_shape(B));
+    alloc(g.dh0, "dh0", state_shape(B));
+    s.dh0 = g.dh0;
     check_context(dout);
-    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
-      check_context(*t);
-    if (!g.dh0.empty()) check_context(g.dh0);
+    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dh0,
+                            &g.dconv_state})
+      if (!t->empty()) check_context(*t);
     ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
     ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("backward", {&dout, &s.dht, &s.dconv_out});
     run([&](gpu::Recorder& r) {
       family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0], s);
-      record_param_grads(r, *st, dout, g);
+      if (cfg.param_grads) record_param_grads(r, *st, dout, g);
     });
     if (cfg.check_finite)
-      check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm});
+      check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm,
+                                        &g.dh0, &g.dconv_state});
   }
 
   static TapeState& tape_state(Tape& t);

@@ -29,9 +29,9 @@ TEST(SpirvReflect, MatchesTheDriversReportOfSharedMemory) {
       {"chunk_prep_fwd", spirv::chunk_prep_fwd, {}, 12, 23424},
       // (the driver reports 46080: it drops chunk.glsl's lg, lgl and bet, 3 x 16 floats these two
       // passes declare and never use; the declared size is what a device must hold)
-      {"chunk_fwd_mma", spirv::chunk_fwd_mma, {32, 16}, 17, 46080 + 192},
-      {"chunk_dstate_mma", spirv::chunk_dstate_mma, {32, 16}, 21, 46080 + 192},
-      {"chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, {32, 16}, 14, 49024},
+      {"chunk_fwd_mma", spirv::chunk_fwd_mma, {32, 16}, 19, 46080 + 192},
+      {"chunk_dstate_mma", spirv::chunk_dstate_mma, {32, 16}, 23, 46080 + 192},
+      {"chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, {32, 16}, 16, 49024},
   };
   for (const auto& k : known) {
     const ShaderInterface s = reflect_shader(k.name, k.code, k.spec);
@@ -57,11 +57,11 @@ TEST(SpirvReflect, EvaluatesSpecializationConstants) {
 // glslc -O stripped them; `used` marks the bindings the module still declares.
 TEST(SpirvReflect, ReadsBlockNamesAndTheBindingsInUse) {
   const ShaderInterface fwd = reflect_shader("chunk_fwd_mma", spirv::chunk_fwd_mma, std::vector<std::uint32_t>{32, 16});
-  ASSERT_EQ(fwd.names.size(), 17u);
+  ASSERT_EQ(fwd.names.size(), 19u);
   EXPECT_THAT(fwd.names[0], testing::UnorderedElementsAre("Qkn", "Qkn4"));
   EXPECT_THAT(fwd.names[13], testing::UnorderedElementsAre("Xp", "Xp4"));
   EXPECT_THAT(fwd.names[16], testing::ElementsAre("Ep"));
-  EXPECT_EQ(fwd.used, (std::uint64_t(1) << 17) - 1);
+  EXPECT_EQ(fwd.used, (std::uint64_t(1) << 19) - 1);
   // qk_bwd2's chunked build reads neither v (binding 0) nor kv (8): -O drops them, and every name
   const ShaderInterface qk = reflect_shader("qk_bwd2_chunked", spirv::qk_bwd2_chunked, std::vector<std::uint32_t>{32});
   EXPECT_TRUE(qk.names.empty());

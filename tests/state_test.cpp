@@ -20,8 +20,10 @@ struct Family {
   bool matrix_units;
 };
 void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+// (chunked takes the matrix units where the device has them; elsewhere it repeats chunked_cuda_cores)
 const Family kFamilies[] = {{"per_head", Variant::PerHead, true},
                             {"subgroup", Variant::Subgroup, true},
+                            {"chunked", Variant::Chunked, true},
                             {"chunked_cuda_cores", Variant::Chunked, false}};
 
 struct Shape {
@@ -164,6 +166,27 @@ TEST_P(States, TwoWindowsEqualOne) {
   std::vector<float> dconv(g1.dconv.size());
   for (std::size_t i = 0; i < dconv.size(); ++i) dconv[i] = g1.dconv[i] + g2.dconv[i];
   check("dconv", dconv, want.dconv);
+}
+
+// Frozen parameters (Config::param_grads off): the same input gradients, bitwise, and no parameter
+// gradients.
+TEST_P(States, FrozenParametersGiveTheSameInputGradients) {
+  Config cfg = config();
+  const Params p = random_params(cfg, 11);
+  Layer trained(context(), cfg, p);
+  cfg.param_grads = false;
+  Layer frozen(context(), cfg, p);
+  const Batch x = random_batch(cfg, 2, 9, 21);
+  const HostInputs in{.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b};
+  Tape t1, t2;
+  trained.forward(2, 9, in, &t1);
+  frozen.forward(2, 9, in, &t2);
+  const auto g1 = trained.backward(t1, x.dout), g2 = frozen.backward(t2, x.dout);
+  EXPECT_EQ(g2.dqkv, g1.dqkv);
+  EXPECT_EQ(g2.da, g1.da);
+  EXPECT_EQ(g2.dh0, g1.dh0);
+  EXPECT_TRUE(g2.dconv.empty() && g2.da_log.empty() && g2.ddt_bias.empty() && g2.dnorm.empty());
+  EXPECT_FALSE(g1.dconv.empty());
 }
 
 // A state of the wrong shape is refused, naming it and both shapes.

@@ -54,6 +54,9 @@ struct Config {
   bool matrix_units = true;      // the chunked family's matrix-unit kernels (cooperative matrices,
                                  // fp32 operands split into fp16 pairs) where the device runs them;
                                  // resolved to whether they run. false: CUDA-core kernels only
+  bool param_grads = true;       // the backward makes the parameters' gradients (dconv, da_log, ddt_bias,
+                                 // dnorm); false: it skips their passes and leaves them empty (frozen
+                                 // parameters)
   bool check_finite = false;     // debugging a training run: every call reads back its inputs and
                                  // outputs and names the first NaN or Inf (an input's:
                                  // std::invalid_argument; an output's: gdn::Error). Slow. Also on

@@ -62,6 +62,10 @@ layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [2
 layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [3][B, nv] eo, ed, eu
 layout(set = 0, binding = 19) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
+// the carried state's gradient, [B, nv, D, D] dS[k][v]: at the end (STATE_CARRY, else zero) and at
+// the start
+layout(set = 0, binding = 21) readonly buffer Dht { float dht[]; };
+layout(set = 0, binding = 22) writeonly buffer Dh0 { float dh0[]; };
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
@@ -133,7 +137,20 @@ void main() {
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) s_lane[rt] = 0.0;
 
   F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
+  if (has(STATE_CARRY)) {  // dS^T's tiles are column-major loads of dht's [k][v] rows; ed from its largest value
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+      coopMatLoadNV(dst[rt], dht, (bh * D + 16u * rt) * D + col0, D, true);
+      s_lane[rt] = tile_absmax(dst[rt]);
+    }
+    ed = state_exponent(subgroup_max32(max8(s_lane)));
+    const float sc = pow2(ed);
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+      dst[rt] = dst[rt] * sc;
+      s_lane[rt] *= sc;
+    }
+  } else {
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
+  }
 
   // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
   // (the one before in this pass's order) updates its state, so that their latency is off the chain.
@@ -201,7 +218,7 @@ void main() {
     }
 
     // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
-    // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is zero).
+    // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is dht or zero).
     if (k.c + 1u < nch && k.c % 2u == 1u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
@@ -292,6 +309,9 @@ void main() {
     ed = en;
   }
   yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
+  // dS now is the gradient of chunk 0's start state: dh0
+  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+    coopMatStoreNV(dst[rt] * pow2(-ed), dh0, (bh * D + 16u * rt) * D + col0, D, true);
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
   const float eo_head = workgroup_min_after(float(eo_min), sg, lane);

@@ -50,6 +50,9 @@ layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the 
 layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [2][B, nv] eu, es (tape)
 layout(set = 0, binding = 15) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 16) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
+// the carried state, [B, nv, D, D] S[k][v]: the start (STATE_H0, else zero) and the end (STATE_CARRY)
+layout(set = 0, binding = 17) readonly buffer H0 { float h0[]; };
+layout(set = 0, binding = 18) writeonly buffer Ht { float ht[]; };
 
 #include "chunk.glsl"
 #include "chunk_mma.glsl"
@@ -94,7 +97,17 @@ void main() {
   int eu_min = 999, es_min = 999;  // the smallest eu and scale_exponent(|S|) over the window
                                    // (of chunks with nonzero values)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
+  if (has(STATE_H0)) {  // S^T's tiles are column-major loads of h0's [k][v] rows; es from its largest value
+    float m[8];
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+      coopMatLoadNV(st[rt], h0, (bh * D + 16u * rt) * D + col0, D, true);
+      m[rt] = tile_absmax(st[rt]);
+    }
+    es = state_exponent(subgroup_max32(max8(m)));
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = st[rt] * pow2(es);
+  } else {
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);
+  }
 
   // A chunk's operators and V are loaded while the chunk before makes its products, from the barrier
   // after which that chunk's staged copies are all that is read (their registers are free then),
@@ -135,7 +148,7 @@ void main() {
     }
 
     // The state at the start of each pair of chunks, for the backward (chunk_pair_bwd_mma makes the
-    // one between them again; chunk 0 starts at zero: not stored).
+    // one between them again; chunk 0 starts at h0 or zero: not stored).
     if (pc.keep != 0u && c > 0u && c % 2u == 0u)
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
         coopMatStoreNV(st[rt] * pow2(-es), ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
@@ -231,6 +244,9 @@ void main() {
     o_prev = o8;
     z_prev = z;
   }
+  if (has(STATE_CARRY))
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+      coopMatStoreNV(st[rt] * pow2(-es), ht, (bh * D + 16u * rt) * D + col0, D, true);
   barrier();
   put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
   const float eu_head = workgroup_min_after(float(eu_min), sg, lane);

@@ -11,7 +11,7 @@
 // with Yv = T^T dU, which chunk_dstate_mma made (dW T = -Y: dW = -dU S^T). It also made the pair
 // dots <dO_i, u_j> and <Yv_i, x_j>, with X = V - diag(gamma) K S0 (U = T diag(beta) X).
 // The tape and chunk_dstate_mma keep states only at the pairs' edges: S0 at the start of a (a
-// checkpoint; zero for the first pair) and dSe at the end of b (zero for the last). The state between
+// checkpoint; h0 or zero for the first pair) and dSe at the end of b (dht or zero for the last). The state between
 // the two chunks and its gradient are made here again, as the serial passes made them:
 //   Sm = Gamma_a S0 + K~_a^T U_a,   dSm = Gamma_b dSe + Q~_b^T dO_b - K_b^T diag(beta_b gamma_b) Yv_b
 // (W_b^T dU_b = K_b^T diag(beta gamma) T_b^T dU_b), so that the states, most of this pass's
@@ -80,6 +80,10 @@ layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [2
 layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [3][B, nv] eo, ed, eu (chunk_dstate_mma)
 layout(set = 0, binding = 12) readonly buffer Eqk { float eqkb[]; };      // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 13) readonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii (chunk_factors)
+// the carried state [B, nv, D, D] S[k][v]: the first pair's S0 (STATE_H0), the last pair's dSe
+// (STATE_CARRY); else zero
+layout(set = 0, binding = 14) readonly buffer H0 { float h0[]; };
+layout(set = 0, binding = 15) readonly buffer Dht { float dht[]; };
 
 #define CHUNK_NO_SHARED_GATES  // (sc_do, sc_u below)
 #include "chunk.glsl"
@@ -131,12 +135,25 @@ struct Round {
   vec4 s0[2], ds[2], op[2];
 };
 
-Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint s0_at, uint ds_at, bool has_s0, bool has_ds) {
+// Elements [c][r .. r+3] of a carried state of (window, head) bh ([k][v] rows: four loads).
+vec4 carried4(bool h0_not_dht, uint bh, uint c, uint r) {
+  vec4 x;
+  [[unroll]] for (uint l = 0u; l < 4u; ++l) {
+    const uint at = (bh * D + r + l) * D + c;
+    x[l] = h0_not_dht ? h0[at] : dht[at];
+  }
+  return x;
+}
+
+// s0_at, ds_at: the states' slots where stored (s0_stored, ds_stored); else the first pair's S0 is
+// h0 (STATE_H0) and the last pair's dSe dht (STATE_CARRY), or zero.
+Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint bh, uint s0_at, uint ds_at, bool s0_stored,
+                  bool ds_stored) {
   Round f;
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint at = ((c0 + tid / 32u + 16u * e) * D) / 4u + tid % 32u;  // row c0 + tid / 32 + 16 e, elements 4 (tid % 32) ..
-    f.s0[e] = has_s0 ? ck4[s0_at / 4u + at] : vec4(0.0);
-    f.ds[e] = has_ds ? dsc4[ds_at / 4u + at] : vec4(0.0);
+    const uint c = c0 + tid / 32u + 16u * e, at = (c * D) / 4u + tid % 32u;  // row c, elements 4 (tid % 32) ..
+    f.s0[e] = s0_stored ? ck4[s0_at / 4u + at] : has(STATE_H0) ? carried4(true, bh, c, 4u * (tid % 32u)) : vec4(0.0);
+    f.ds[e] = ds_stored ? dsc4[ds_at / 4u + at] : has(STATE_CARRY) ? carried4(false, bh, c, 4u * (tid % 32u)) : vec4(0.0);
   }
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint o = tid + 512u * e, slot = o / 128u, i = (o / 8u) % 16u, col = c0 + 4u * (o % 8u);
@@ -242,9 +259,9 @@ void main() {
   Chunk kb = chunk_of(b, h, has_b ? 2u * p + 1u : 2u * p);
   if (!has_b) kb.L = 0u;  // no chunk b: its operands are zero, and nothing of it is stored
   const uint slots = max(npair, 2u) - 1u;
-  const bool has_s0 = p > 0u, has_ds = 2u * p + 2u < nch;
+  const bool s0_stored = p > 0u, ds_stored = 2u * p + 2u < nch;
   // (0 where there is no such state: in range, should a compiler load before it selects.)
-  const uint s0_at = has_s0 ? (bh * slots + p - 1u) * D * D : 0u, ds_at = has_ds ? (bh * slots + p) * D * D : 0u;
+  const uint s0_at = s0_stored ? (bh * slots + p - 1u) * D * D : 0u, ds_at = ds_stored ? (bh * slots + p) * D * D : 0u;
 
   const uint nbv = pc.nb * pc.nv;
   const int ev = int(vscale[bh]), es = int(vscale[nbv + bh]);
@@ -252,7 +269,7 @@ void main() {
   const Scales scales = Scales(pow2(es), pow2(ed), pow2(ev), pow2(eo), pow2(eu));
 
   Round ring[DEPTH];
-  [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, s0_at, ds_at, has_s0, has_ds);
+  [[unroll]] for (uint n = 0u; n < DEPTH; ++n) ring[n] = fetch_round(ka, kb, tid, n * RC, bh, s0_at, ds_at, s0_stored, ds_stored);
 
   // The rows of the constant left factors below (row tid / 32, elements 4 (tid % 32) ..): k^ of a,
   // q^ and k^ of b, and beta of b (for -diag(beta gamma) K_b), loaded before the barrier.
@@ -301,7 +318,7 @@ void main() {
     const Round cur = ring[n % DEPTH];
     barrier();  // the previous round's readers of the stage are done
     stage_round(cur, tid, scales);
-    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, s0_at, ds_at, has_s0, has_ds);
+    if (n + DEPTH < D / RC) ring[n % DEPTH] = fetch_round(ka, kb, tid, (n + DEPTH) * RC, bh, s0_at, ds_at, s0_stored, ds_stored);
     barrier();
     [[unroll]] for (uint j = 0u; j < RC / 16u; ++j) {  // the round's 16-column blocks
       // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major

@@ -24,7 +24,6 @@ class Chunked final : public ColumnSplitFamily {
 
   // The chunk length is a pipeline constant: a window shorter than it is one partial chunk.
   int interval(int) const override { return cfg_.checkpoint_interval; }
-  bool carries_state() const override { return true; }
 
   enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {

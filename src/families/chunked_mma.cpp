@@ -97,7 +97,8 @@ class ChunkedMatrix final : public Family {
                                        .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
                                        .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
                                        .gates = view(f[kGates]), .y = view(*y_), .xp = view(f[kX]),
-                                       .vscale = view(f[kVscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp])},
+                                       .vscale = view(f[kVscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
+                                       .h0 = view_or(in.h0, in.qkv), .ht = view_or(s.ht, in.qkv)},
                pc, std::uint64_t(f.B) * cfg_.nv);
     r.mark("chunk_fwd_mma");  // the norm fused in
   }
@@ -115,7 +116,8 @@ class ChunkedMatrix final : public Family {
                                           .inv = view(f[kInv]), .dout = view(dout), .dz = view(g.dz),
                                           .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
                                           .pdots = view(w[kPdots]), .vscale = view(f[kVscale]),
-                                          .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp])},
+                                          .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
+                                          .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv)},
                pc, heads);
     r.mark("chunk_dstate_mma");
     r.dispatch(*chunk_factors_,
@@ -130,7 +132,8 @@ class ChunkedMatrix final : public Family {
                                             .fac = view(w[kFac]), .u = view(f[kU]), .do_ = view(w[kDo]),
                                             .yv = view(w[kYv]), .ck = view(f[kCk]), .dsc = view(w[kDsc]),
                                             .rec = view(w[kDqk]), .vscale = view(f[kVscale]),
-                                            .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .mdiag = view(w[kMdiag])},
+                                            .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .mdiag = view(w[kMdiag]),
+                                            .h0 = view_or(in.h0, in.qkv), .dht = view_or(s.dht, in.qkv)},
                pc, heads * pairs(f.T));
     r.mark("chunk_pair_bwd_mma");
     // one subgroup per (b, t, key head), 4 per workgroup

@@ -74,8 +74,6 @@ class Family {
   virtual std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const = 0;
   /// What one backward of (B, T) needs beyond its tape.
   virtual std::vector<BufferDecl> backward_buffers(int B, int T) const = 0;
-  /// Whether its passes take in.h0 and write ht, take dht and write dh0 (States).
-  virtual bool carries_state() const { return false; }
   /// Records a forward into r: out from `in`, writing f (forward_buffers' set).
   virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
                               const States& s) = 0;

@@ -17,7 +17,6 @@ class PerHead final : public Family {
 
   // An interval longer than the window is the window: one segment, and scratch for T states only.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
-  bool carries_state() const override { return true; }
 
   enum Fwd { kY, kQkn, kNq, kGates, kO, kInv, kCk };
   std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const override {

@@ -91,7 +91,6 @@ class Subgroup final : public ColumnSplitFamily {
 
   // An interval longer than the window is the window: one segment.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
-  bool carries_state() const override { return true; }
 
   enum Bwd { kDo, kDqk, kDy };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
