@@ -191,7 +191,8 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
   reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
   reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
   reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(B)), "dconv_state");
-  reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
+  if (st->inputs.h0.empty()) g.dh0 = Tensor();
+  else reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
   m.backward(tape, m.host_dout, g, &m.host_dcarry);
   auto get = [](const Tensor& t) { return t.empty() ? std::vector<float>() : t.download(); };
   return HostGrads{get(g.dqkv),  get(g.dz),     get(g.da),       get(g.db),    get(g.dconv),

@@ -331,8 +331,10 @@ struct LayerImpl {
       alloc(g.dnorm, "dnorm", {kHeadDim});
     }
     alloc(g.dconv_state, "dconv_state", conv_state_shape(B));
-    alloc(g.dh0, "dh0", state_shape(B));
-    s.dh0 = g.dh0;
+    if (!st->inputs.h0.empty()) {
+      alloc(g.dh0, "dh0", state_shape(B));
+      s.dh0 = g.dh0;
+    }
     check_context(dout);
     for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dh0,
                             &g.dconv_state})

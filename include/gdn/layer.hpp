@@ -119,7 +119,7 @@ struct HostGrads {
   std::vector<float> da_log;    // [nv]
   std::vector<float> ddt_bias;  // [nv]
   std::vector<float> dnorm;     // [D]
-  std::vector<float> dh0;          // [B, nv, D, D] (where no h0 was given too: the gradient at zero)
+  std::vector<float> dh0;          // [B, nv, D, D] where the forward was given h0 (else empty)
   std::vector<float> dconv_state;  // [B, K-1, C]
 };
 
@@ -133,7 +133,8 @@ struct DeviceInputs {
 struct DeviceCarry {
   Tensor ht, conv_state;
 };
-/// Device-resident gradients (as HostGrads'); empty tensors are allocated by backward().
+/// Device-resident gradients (as HostGrads'); empty tensors are allocated by backward() (dh0 where
+/// the forward had h0; the parameters' where Config::param_grads is on).
 struct DeviceGrads {
   Tensor dqkv, dz, da, db;
   Tensor dconv, da_log, ddt_bias, dnorm;

@@ -2,7 +2,7 @@
 // Chunked backward, pass 2 of 4: the only serial pass. One workgroup per (window b, v-head h, block
 // of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
 // after the window dht with STATE_CARRY, else zero) in shared memory, and leaves the last (the
-// gradient of the window's start state) in dh0. Columns are independent here, as in the forward. Per chunk
+// gradient of the window's start state) in dh0, where h0 was given. Columns are independent here, as in the forward. Per chunk
 // (chunk.glsl for W, lg):
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
@@ -137,7 +137,7 @@ void main() {
     [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];
   }
   barrier();
-  for (uint e = tid; e < COLS * D; e += 256u) {
+  for (uint e = tid; e < COLS * D && has(STATE_H0); e += 256u) {
     const uint j = e / D, rr = e % D;
     dh0[(bh * D + rr) * D + blk * COLS + j] = ds[j * DSP + rr];
   }

@@ -38,6 +38,9 @@
 
 layout(local_size_x = 256) in;              // 8 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
+// The build that carries state (h0, ht; dht, dh0): a pipeline of its own, so that the plain build
+// spends no registers on it.
+layout(constant_id = 2) const bool STATES = false;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
@@ -137,7 +140,7 @@ void main() {
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) s_lane[rt] = 0.0;
 
   F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
-  if (has(STATE_CARRY)) {  // dS^T's tiles are column-major loads of dht's [k][v] rows; ed from its largest value
+  if (STATES && has(STATE_CARRY)) {  // dS^T's tiles are column-major loads of dht's [k][v] rows; ed from its largest value
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       coopMatLoadNV(dst[rt], dht, (bh * D + 16u * rt) * D + col0, D, true);
       s_lane[rt] = tile_absmax(dst[rt]);
@@ -309,9 +312,10 @@ void main() {
     ed = en;
   }
   yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
-  // dS now is the gradient of chunk 0's start state: dh0
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-    coopMatStoreNV(dst[rt] * pow2(-ed), dh0, (bh * D + 16u * rt) * D + col0, D, true);
+  // dS now is the gradient of chunk 0's start state: dh0 (where the forward had h0)
+  if (STATES && has(STATE_H0))
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+      coopMatStoreNV(dst[rt] * pow2(-ed), dh0, (bh * D + 16u * rt) * D + col0, D, true);
   barrier();
   sum_pair_dots(chunk_of(b, h, 0u), bh, nch, tid);
   const float eo_head = workgroup_min_after(float(eo_min), sg, lane);

@@ -29,6 +29,9 @@
 
 layout(local_size_x = 256) in;              // 8 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
+// The build that carries state (h0, ht; dht, dh0): a pipeline of its own, so that the plain build
+// spends no registers on it.
+layout(constant_id = 2) const bool STATES = false;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
@@ -97,7 +100,7 @@ void main() {
   int eu_min = 999, es_min = 999;  // the smallest eu and scale_exponent(|S|) over the window
                                    // (of chunks with nonzero values)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
-  if (has(STATE_H0)) {  // S^T's tiles are column-major loads of h0's [k][v] rows; es from its largest value
+  if (STATES && has(STATE_H0)) {  // S^T's tiles are column-major loads of h0's [k][v] rows; es from its largest value
     float m[8];
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       coopMatLoadNV(st[rt], h0, (bh * D + 16u * rt) * D + col0, D, true);
@@ -244,7 +247,7 @@ void main() {
     o_prev = o8;
     z_prev = z;
   }
-  if (has(STATE_CARRY))
+  if (STATES && has(STATE_CARRY))
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
       coopMatStoreNV(st[rt] * pow2(-es), ht, (bh * D + 16u * rt) * D + col0, D, true);
   barrier();

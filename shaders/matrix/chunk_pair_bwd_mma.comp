@@ -60,6 +60,9 @@
 #include "mma.glsl"
 layout(local_size_x = 512) in;               // 16 subgroups of 32 (the host requires exactly 32)
 layout(constant_id = 0) const uint SG = 32;
+// The build that carries state (h0, ht; dht, dh0): a pipeline of its own, so that the plain build
+// spends no registers on it.
+layout(constant_id = 2) const bool STATES = false;
 
 // The bindings, in the order of src/families/chunked_mma.cpp's dispatch of this pass.
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D] q^, k^
@@ -152,8 +155,10 @@ Round fetch_round(Chunk ka, Chunk kb, uint tid, uint c0, uint bh, uint s0_at, ui
   Round f;
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint c = c0 + tid / 32u + 16u * e, at = (c * D) / 4u + tid % 32u;  // row c, elements 4 (tid % 32) ..
-    f.s0[e] = s0_stored ? ck4[s0_at / 4u + at] : has(STATE_H0) ? carried4(true, bh, c, 4u * (tid % 32u)) : vec4(0.0);
-    f.ds[e] = ds_stored ? dsc4[ds_at / 4u + at] : has(STATE_CARRY) ? carried4(false, bh, c, 4u * (tid % 32u)) : vec4(0.0);
+    f.s0[e] = s0_stored ? ck4[s0_at / 4u + at]
+                        : STATES && has(STATE_H0) ? carried4(true, bh, c, 4u * (tid % 32u)) : vec4(0.0);
+    f.ds[e] = ds_stored ? dsc4[ds_at / 4u + at]
+                        : STATES && has(STATE_CARRY) ? carried4(false, bh, c, 4u * (tid % 32u)) : vec4(0.0);
   }
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint o = tid + 512u * e, slot = o / 128u, i = (o / 8u) % 16u, col = c0 + 4u * (o % 8u);
@@ -289,7 +294,7 @@ void main() {
     sc_u[tid] = exp(lg_diff(lgam.x, lgam.y, l.x, l.y));
   }
   barrier();
-  const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 0.0;
+  const float gam_a = sc_do[15], gam_b = has_b ? sc_do[31] : 1.0;  // (no chunk b: dSm = dSe)
   // 2^eqk of chunks a and b
   const int eqk_a = int(eqkb[(b * pc.nk + ka.ko) * nch + ka.c]);
   const int eqk_b = has_b ? int(eqkb[(b * pc.nk + kb.ko) * nch + kb.c]) : 0;

@@ -7,7 +7,8 @@
 //   dbeta = <du, v - kv>; dkv = -beta du; dS_pre = dS + k^ (x) dkv; dk^ = dS u + (g S_{t-1}) dkv;
 //   dg = <dS_pre, S_{t-1}>; dS = g dS_pre.
 // dq^ and dk^ leave per v-head (dqk); qk_bwd sums the rep heads of a key head. The first segment
-// replays from h0 (STATE_H0) or zero; dS starts at dht (STATE_CARRY) or zero and ends as dh0.
+// replays from h0 (STATE_H0) or zero; dS starts at dht (STATE_CARRY) or zero and ends as dh0 (written
+// where h0 was given).
 #include "common.glsl"
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
@@ -215,5 +216,6 @@ void main() {
       barrier();
     }
   }
-  [[unroll]] for (uint e = 0u; e < 64u; ++e) dh0[carried_at(bh, ty, tx, e)] = ds[e];
+  if (has(STATE_H0))
+    [[unroll]] for (uint e = 0u; e < 64u; ++e) dh0[carried_at(bh, ty, tx, e)] = ds[e];
 }

@@ -38,7 +38,7 @@ layout(set = 0, binding = 5) readonly buffer Ck { vec4 ck4[]; };        // [B, n
 layout(set = 0, binding = 6) writeonly buffer Dqk { float dqk[]; };     // [B, T, nv][NWG][257] partials
 layout(set = 0, binding = 7) writeonly buffer Dy { float dy[]; };       // [B, T, C]: writes the v part
 // the carried state: the first segment replays from h0 (STATE_H0, else zero); dS starts at dht
-// (STATE_CARRY, else zero) and ends as dh0. [B, nv, D, D] S[k][v] each.
+// (STATE_CARRY, else zero) and ends as dh0 (written where h0 was given). [B, nv, D, D] S[k][v] each.
 layout(set = 0, binding = 8) readonly buffer H0 { float h0[]; };
 layout(set = 0, binding = 9) readonly buffer Dht { float dht[]; };
 layout(set = 0, binding = 10) writeonly buffer Dh0 { float dh0[]; };
@@ -328,5 +328,6 @@ void main() {
 #endif
 #endif
   }
-  [[unroll]] for (uint r = 0u; r < RPL; ++r) dh0[(bh * D + rg * RPL + r) * D + col] = ds[r];
+  if (has(STATE_H0))
+    [[unroll]] for (uint r = 0u; r < RPL; ++r) dh0[(bh * D + rg * RPL + r) * D + col] = ds[r];
 }

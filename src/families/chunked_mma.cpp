@@ -22,10 +22,8 @@ class ChunkedMatrix final : public Family {
       : cfg_(a.cfg), p_(a.params), dev_(a.dev), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))) {
     const std::uint32_t ch = kChunk, taps = std::uint32_t(cfg_.conv_taps);
     chunk_prep_fwd_ = make_pipeline<bindings::chunk_prep_fwd>(a.dev, {}, 32);
-    chunk_fwd_mma_ = make_pipeline<bindings::chunk_fwd_mma>(a.dev, {32, ch}, 32);
-    chunk_dstate_mma_ = make_pipeline<bindings::chunk_dstate_mma>(a.dev, {32, ch}, 32);
+    serial_[0] = make_serial(false);
     chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, {32, ch}, 32);
-    chunk_pair_bwd_mma_ = make_pipeline<bindings::chunk_pair_bwd_mma>(a.dev, {32, ch}, 32);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
     conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
   }
@@ -92,7 +90,7 @@ class ChunkedMatrix final : public Family {
                                         .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);
     r.mark("chunk_prep_fwd");  // gate_prep fused in
-    r.dispatch(*chunk_fwd_mma_,
+    r.dispatch(*serial(s.flags & (kStateH0 | kStateCarry)).fwd,
                bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
                                        .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
                                        .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
@@ -109,7 +107,8 @@ class ChunkedMatrix final : public Family {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv;
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
-    r.dispatch(*chunk_dstate_mma_,
+    const Serial& ps = serial(s.flags & (kStateH0 | kStateCarry));
+    r.dispatch(*ps.dstate,
                bindings::chunk_dstate_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]),
                                           .do_ = view(w[kDo]), .yv = view(w[kYv]), .dsc = view(w[kDsc]),
                                           .pm = view(f[kPm]), .o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm),
@@ -127,7 +126,7 @@ class ChunkedMatrix final : public Family {
                                        .mdiag = view(w[kMdiag])},
                pc, heads * pc.nseg);
     r.mark("chunk_factors");
-    r.dispatch(*chunk_pair_bwd_mma_,
+    r.dispatch(*ps.pair,
                bindings::chunk_pair_bwd_mma{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(f[kLgc]),
                                             .fac = view(w[kFac]), .u = view(f[kU]), .do_ = view(w[kDo]),
                                             .yv = view(w[kYv]), .ck = view(f[kCk]), .dsc = view(w[kDsc]),
@@ -160,8 +159,22 @@ class ChunkedMatrix final : public Family {
   const LayerParams p_;
   gpu::Device& dev_;
   CommonKernels common_;
-  std::shared_ptr<gpu::Pipeline> chunk_prep_fwd_, chunk_fwd_mma_, chunk_dstate_mma_, chunk_factors_,
-      chunk_pair_bwd_mma_, qk_bwd_, conv_bwd_yv_;
+  // The passes that read or write the carried state, in the plain build and the one with states
+  // (specialization constant 2), built on the first call that carries a state.
+  struct Serial {
+    std::shared_ptr<gpu::Pipeline> fwd, dstate, pair;
+  };
+  Serial make_serial(bool states) const {
+    const std::vector<std::uint32_t> spec{32, kChunk, states ? 1u : 0u};
+    return {make_pipeline<bindings::chunk_fwd_mma>(dev_, spec, 32), make_pipeline<bindings::chunk_dstate_mma>(dev_, spec, 32),
+            make_pipeline<bindings::chunk_pair_bwd_mma>(dev_, spec, 32)};
+  }
+  const Serial& serial(bool states) {
+    if (!serial_[states].fwd) serial_[states] = make_serial(states);
+    return serial_[states];
+  }
+  Serial serial_[2];
+  std::shared_ptr<gpu::Pipeline> chunk_prep_fwd_, chunk_factors_, qk_bwd_, conv_bwd_yv_;
   std::unique_ptr<gpu::Buffer> y_;  // the conv output v of the last forward (grows to the largest shape)
 };
 

@@ -60,7 +60,7 @@ inline gpu::BufferView view_or(const Tensor& t, const Tensor& other) { return vi
 struct States {
   Tensor ht;   // forward: the state after the last token (empty: not asked for)
   Tensor dht;  // backward: its gradient (empty: zero)
-  Tensor dh0;  // backward: the gradient of h0
+  Tensor dh0;  // backward: the gradient of h0 (where h0 was given)
   Tensor dconv_out;  // backward: the gradient of the conv state out (empty: zero)
   std::uint32_t flags = 0;
 };
