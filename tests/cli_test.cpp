@@ -152,12 +152,15 @@ TEST_F(Cli, RunForwardMatchesHostApi) {
   EXPECT_THAT(r.out, AllOf(HasSubstr("B=2 T=5 nv=2 nk=1 K=4"), HasSubstr("out.npy")));
 
   Layer layer(context(), pr.cfg, pr.p);
-  const auto want = layer.forward(pr.B, pr.T, {pr.x.qkv, pr.x.z, pr.x.a, pr.x.b});
+  HostCarry carry;
+  const auto want = layer.forward(pr.B, pr.T, {.qkv = pr.x.qkv, .z = pr.x.z, .a = pr.x.a, .b = pr.x.b}, nullptr, &carry);
   expect_bitwise("out", read_out("out"), {2, 5, 256}, want);
-  // Only out.npy: no gradients, no staging leftovers.
+  expect_bitwise("ht", read_out("ht"), {2, 2, 128, 128}, carry.ht);
+  expect_bitwise("conv_state_out", read_out("conv_state_out"), {2, 3, 512}, carry.conv_state);
+  // Only the output and the states the windows leave: no gradients, no staging leftovers.
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().filename().string());
-  EXPECT_THAT(files, ::testing::ElementsAre("out.npy"));
+  EXPECT_THAT(files, ::testing::UnorderedElementsAre("out.npy", "ht.npy", "conv_state_out.npy"));
 }
 
 TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
@@ -182,9 +185,47 @@ TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
   expect_bitwise("da_log", read_out("da_log"), {2}, g.da_log);
   expect_bitwise("ddt_bias", read_out("ddt_bias"), {2}, g.ddt_bias);
   expect_bitwise("dnorm", read_out("dnorm"), {128}, g.dnorm);
+  expect_bitwise("dconv_state", read_out("dconv_state"), {2, 3, 512}, g.dconv_state);
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(out)) ++n;
-  EXPECT_EQ(n, 9u);
+  EXPECT_EQ(n, 12u);  // and ht, conv_state_out; no dh0 without h0.npy
+  EXPECT_FALSE(fs::exists(out / "dh0.npy"));
+}
+
+// The carried states as files: h0.npy and conv_state.npy in, dht.npy and dconv_state_out.npy into
+// the backward, dh0.npy and dconv_state.npy out; as the host API gives them.
+TEST_F(Cli, RunCarriesStateFiles) {
+  put_all();
+  const std::size_t S = std::size_t(pr.B) * pr.cfg.nv * kHeadDim * kHeadDim,
+                    CS = std::size_t(pr.B) * (pr.cfg.conv_taps - 1) * pr.cfg.channels();
+  const auto h0 = uniform(S, 41, -0.3f, 0.3f), cs = uniform(CS, 42, -1, 1), dht = uniform(S, 43, -0.3f, 0.3f),
+             dcs = uniform(CS, 44, -1, 1);
+  put("h0", {pr.B, pr.cfg.nv, kHeadDim, kHeadDim}, h0);
+  put("conv_state", {pr.B, pr.cfg.conv_taps - 1, pr.cfg.channels()}, cs);
+  put("dht", {pr.B, pr.cfg.nv, kHeadDim, kHeadDim}, dht);
+  put("dconv_state_out", {pr.B, pr.cfg.conv_taps - 1, pr.cfg.channels()}, dcs);
+  const Result r = gdn_cli(run_args({"--backward"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+
+  Layer layer(context(), pr.cfg, pr.p);
+  Tape tape;
+  HostCarry carry;
+  const auto want = layer.forward(
+      pr.B, pr.T, {.qkv = pr.x.qkv, .z = pr.x.z, .a = pr.x.a, .b = pr.x.b, .h0 = h0, .conv_state = cs}, &tape, &carry);
+  const HostCarry dcarry{dht, dcs};
+  const HostGrads g = layer.backward(tape, pr.x.dout, &dcarry);
+  expect_bitwise("out", read_out("out"), {2, 5, 256}, want);
+  expect_bitwise("ht", read_out("ht"), {2, 2, 128, 128}, carry.ht);
+  expect_bitwise("conv_state_out", read_out("conv_state_out"), {2, 3, 512}, carry.conv_state);
+  expect_bitwise("dqkv", read_out("dqkv"), {2, 5, 512}, g.dqkv);
+  expect_bitwise("dh0", read_out("dh0"), {2, 2, 128, 128}, g.dh0);
+  expect_bitwise("dconv_state", read_out("dconv_state"), {2, 3, 512}, g.dconv_state);
+}
+
+TEST_F(Cli, RunRefusesAStateOfTheWrongShape) {
+  put_all(false);
+  put("h0", {pr.B, pr.cfg.nv, kHeadDim, 64}, std::vector<float>(std::size_t(pr.B) * pr.cfg.nv * kHeadDim * 64));
+  expect_refused(run_args(), {"h0.npy", "[2, 2, 128, 64]", "[2, 2, 128, 128]"});
 }
 
 TEST_F(Cli, RunEpsChangesTheResult) {

@@ -49,8 +49,13 @@ const char* const kRunUsage =
     "  reads   DIR/qkv.npy [B,T,C]  z.npy [B,T,nv*128]  a.npy, b.npy [B,T,nv]  conv.npy [C,K]\n"
     "          a_log.npy, dt_bias.npy [nv]  norm.npy [128]   (+ dout.npy [B,T,nv*128] with --backward)\n"
     "          where C = (2*nk + nv)*128 and nv is a multiple of nk; B, T, nv, nk, K come from the shapes\n"
-    "  writes  out.npy [B,T,nv*128]   (+ dqkv.npy dz.npy da.npy db.npy, shaped like the inputs, and\n"
-    "          dconv.npy da_log.npy ddt_bias.npy dnorm.npy, shaped like the parameters, with --backward)\n"
+    "  reads, where present (absent: zero)  h0.npy [B,nv,128,128] (S[k][v])  conv_state.npy [B,K-1,C]\n"
+    "          (the states the windows start from), and with --backward dht.npy [B,nv,128,128] and\n"
+    "          dconv_state_out.npy [B,K-1,C] (the gradients of the states they leave)\n"
+    "  writes  out.npy [B,T,nv*128]  ht.npy [B,nv,128,128]  conv_state_out.npy [B,K-1,C]\n"
+    "          (+ dqkv.npy dz.npy da.npy db.npy, shaped like the inputs, dconv.npy da_log.npy\n"
+    "          ddt_bias.npy dnorm.npy, shaped like the parameters, dconv_state.npy [B,K-1,C], and\n"
+    "          dh0.npy [B,nv,128,128] where h0.npy was given, with --backward)\n"
     "\n"
     "  --in DIR          directory holding the input files\n"
     "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
@@ -275,6 +280,8 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
 struct Problem {
   int B = 0, T = 0, nv = 0, nk = 0, K = 0, C = 0;
   npy::Array qkv, z, a, b, conv, a_log, dt_bias, norm, dout;
+  // optional (empty where the file is absent: zero)
+  npy::Array h0, conv_state, dht, dconv_state_out;
 };
 
 std::string s(std::int64_t v) { return std::to_string(v); }
@@ -333,12 +340,20 @@ Problem read_inputs(const RunOptions& o) {
                                 (o.backward ? " dout" : "") + " as <name>.npy)");
 
   Problem p;
-  const std::pair<const char*, npy::Array*> files[] = {{"qkv", &p.qkv},         {"z", &p.z},         {"a", &p.a},
-                                                       {"b", &p.b},             {"conv", &p.conv},   {"a_log", &p.a_log},
-                                                       {"dt_bias", &p.dt_bias}, {"norm", &p.norm},   {"dout", &p.dout}};
+  std::vector<std::pair<const char*, npy::Array*>> files = {
+      {"qkv", &p.qkv},   {"z", &p.z},         {"a", &p.a},         {"b", &p.b},
+      {"conv", &p.conv}, {"a_log", &p.a_log}, {"dt_bias", &p.dt_bias}, {"norm", &p.norm}};
+  if (o.backward) files.push_back({"dout", &p.dout});
+  // the carried states, where present
+  std::vector<std::pair<const char*, npy::Array*>> optional = {{"h0", &p.h0}, {"conv_state", &p.conv_state}};
+  if (o.backward) {
+    optional.push_back({"dht", &p.dht});
+    optional.push_back({"dconv_state_out", &p.dconv_state_out});
+  }
+  for (const auto& f : optional)
+    if (fs::exists(o.in / (std::string(f.first) + ".npy"), ec)) files.push_back(f);
   std::vector<npy::Header> headers;
   for (const auto& [n, dst] : files) {
-    if (std::string(n) == "dout" && !o.backward) break;
     try {
       headers.push_back(npy::read_header(o.in / (std::string(n) + ".npy")));
     } catch (const npy::Error& e) {  // a bad input file is the caller's to fix
@@ -392,6 +407,13 @@ Problem read_inputs(const RunOptions& o) {
   if (o.backward)
     expect_shape("dout", p.dout, {p.B, p.T, p.nv * kD},
                  "[B, T, nv*D], the shape of out, with " + from_qkv + " and " + from_z);
+  const std::string from_b = "B=" + s(p.B) + " from qkv.npy";
+  for (auto [name, a] : {std::pair{"h0", &p.h0}, std::pair{"dht", &p.dht}})
+    if (!a->shape.empty())
+      expect_shape(name, *a, {p.B, p.nv, kD, kD}, "[B, nv, D, D] (S[k][v]) with " + from_b + " and " + from_z);
+  for (auto [name, a] : {std::pair{"conv_state", &p.conv_state}, std::pair{"dconv_state_out", &p.dconv_state_out}})
+    if (!a->shape.empty())
+      expect_shape(name, *a, {p.B, p.K - 1, p.C}, "[B, K-1, C] with " + from_b + ", K from conv.npy");
   config_of(p, o).check();
 
   for (std::size_t k = 0; k < headers.size(); ++k) {
@@ -523,12 +545,17 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Layer layer(ctx, cfg, params);
   params = {};
 
-  const HostInputs in{.qkv = p.qkv.data, .z = p.z.data, .a = p.a.data, .b = p.b.data};
+  const HostInputs in{.qkv = p.qkv.data, .z = p.z.data, .a = p.a.data, .b = p.b.data, .h0 = p.h0.data,
+                      .conv_state = p.conv_state.data};
   Tape tape;
+  HostCarry carry;
   std::vector<Output> outputs;
-  outputs.push_back({"out", {p.B, p.T, p.nv * kD}, layer.forward(p.B, p.T, in, o.backward ? &tape : nullptr)});
+  outputs.push_back({"out", {p.B, p.T, p.nv * kD}, layer.forward(p.B, p.T, in, o.backward ? &tape : nullptr, &carry)});
+  outputs.push_back({"ht", {p.B, p.nv, kD, kD}, std::move(carry.ht)});
+  outputs.push_back({"conv_state_out", {p.B, p.K - 1, p.C}, std::move(carry.conv_state)});
   if (o.backward) {
-    HostGrads g = layer.backward(tape, p.dout.data);
+    const HostCarry dcarry{std::move(p.dht.data), std::move(p.dconv_state_out.data)};
+    HostGrads g = layer.backward(tape, p.dout.data, &dcarry);
     outputs.push_back({"dqkv", p.qkv.shape, std::move(g.dqkv)});
     outputs.push_back({"dz", p.z.shape, std::move(g.dz)});
     outputs.push_back({"da", p.a.shape, std::move(g.da)});
@@ -537,6 +564,8 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     outputs.push_back({"da_log", a_log_shape, std::move(g.da_log)});
     outputs.push_back({"ddt_bias", dt_bias_shape, std::move(g.ddt_bias)});
     outputs.push_back({"dnorm", norm_shape, std::move(g.dnorm)});
+    if (!g.dh0.empty()) outputs.push_back({"dh0", {p.B, p.nv, kD, kD}, std::move(g.dh0)});
+    outputs.push_back({"dconv_state", {p.B, p.K - 1, p.C}, std::move(g.dconv_state)});
   }
   write_outputs(o.out, outputs);
 
