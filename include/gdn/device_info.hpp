@@ -23,6 +23,7 @@ struct DeviceInfo {
   /// and fp16 arithmetic in shaders: the matrix units' kernels can run.
   bool matrix_f16_16x16x16 = false;
   std::uint64_t max_storage_buffer_range = 0;
+  std::uint64_t min_storage_buffer_offset_alignment = 1;
   std::uint32_t max_shared_memory = 0;     // maxComputeSharedMemorySize, bytes
   std::uint32_t max_workgroup_count[3] = {0, 0, 0};
   std::uint32_t max_workgroup_invocations = 0;

@@ -21,6 +21,12 @@ class Tensor {
   Tensor() = default;
   /// Allocates (uninitialised) device memory for `shape`; `name` appears in error messages.
   Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, std::string name = "tensor");
+  /// A view of float32 elements of a caller's buffer: `vk_buffer` (a VkBuffer on ctx's device, made
+  /// with storage and transfer-source/destination usage) from byte `offset` (a multiple of the
+  /// device's minStorageBufferOffsetAlignment), shaped `shape`. No copy; the buffer is the caller's
+  /// and stays so (keep it alive while the tensor or a tape holding it lives).
+  static Tensor wrap(std::shared_ptr<Context> ctx, std::uint64_t vk_buffer, std::size_t offset,
+                     std::vector<std::int64_t> shape, std::string name = "tensor");
 
   bool empty() const { return storage_ == nullptr; }
   const std::vector<std::int64_t>& shape() const;
@@ -33,8 +39,10 @@ class Tensor {
   std::vector<float> download() const;
   /// Sets every element to `value` (NaN poisons an output in tests).
   void fill(float value);
-  /// The VkBuffer handle, for interop with a caller's own Vulkan code on the same device.
+  /// The VkBuffer handle and the byte offset of the first element in it, for interop with a caller's
+  /// own Vulkan code on the same device.
   std::uint64_t vk_buffer() const;
+  std::size_t vk_offset() const;
 
 
  private:

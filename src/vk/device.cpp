@@ -97,6 +97,7 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   info.type = type_str(props.deviceType);
   info.api_version = version_str(props.apiVersion);
   info.max_storage_buffer_range = props.limits.maxStorageBufferRange;
+  info.min_storage_buffer_offset_alignment = props.limits.minStorageBufferOffsetAlignment;
   info.max_shared_memory = props.limits.maxComputeSharedMemorySize;
   for (int i = 0; i < 3; ++i) info.max_workgroup_count[i] = props.limits.maxComputeWorkGroupCount[i];
   info.max_workgroup_invocations = props.limits.maxComputeWorkGroupInvocations;
@@ -222,6 +223,10 @@ void write_cache(const std::string& path, const std::vector<std::uint8_t>& data)
 }  // namespace
 
 Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validation_error) {
+  if (opts.external) {
+    adopt(*opts.external);
+    return;
+  }
   try {
     vk::ApplicationInfo app{.pApplicationName = "gdn", .apiVersion = VK_API_VERSION_1_3};
     std::vector<const char*> layers, extensions;
@@ -318,6 +323,43 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
                                                                .enabledExtensionCount = std::uint32_t(device_extensions.size()),
                                                                .ppEnabledExtensionNames = device_extensions.data()});
     queue_ = device_.getQueue(queue_family_, 0);
+    make_device_objects();
+  } catch (const vk::SystemError& e) {
+    throw Error(std::string("Vulkan initialisation failed: ") + e.what());
+  }
+}
+
+void Device::adopt(const DeviceOptions::External& x) {
+  if (!x.instance || !x.physical || !x.device)
+    throw std::invalid_argument("ExternalDevice: instance, physical_device and device must all be given");
+  try {
+    instance_ = vk::raii::Instance(context_, x.instance);
+    instance_release_.f = [this] { instance_.release(); };
+    physical_ = vk::raii::PhysicalDevice(instance_, x.physical);
+    info_ = read_info(physical_, 0);
+    if (physical_.getProperties().apiVersion < VK_API_VERSION_1_2)
+      throw Error("device '" + info_.name + "' speaks Vulkan " + info_.api_version + "; gdn needs 1.2 or newer");
+    const auto families = physical_.getQueueFamilyProperties();
+    if (x.queue_family >= families.size() || !(families[x.queue_family].queueFlags & vk::QueueFlagBits::eCompute) ||
+        x.queue_index >= families[x.queue_family].queueCount)
+      throw std::invalid_argument("ExternalDevice: queue " + std::to_string(x.queue_index) + " of family " +
+                                  std::to_string(x.queue_family) + " is not a compute queue of device '" + info_.name + "'");
+    // What the caller enabled decides what runs: a feature it left off is as if the device lacked it.
+    info_.subgroup_size_control = info_.subgroup_size_control && x.subgroup_size_control;
+    info_.matrix_f16_16x16x16 = info_.matrix_f16_16x16x16 && x.cooperative_matrix;
+    queue_family_ = x.queue_family;
+    memory_props_ = physical_.getMemoryProperties();
+    device_ = vk::raii::Device(physical_, x.device);
+    device_release_.f = [this] { device_.release(); };
+    queue_ = device_.getQueue(queue_family_, x.queue_index);
+    make_device_objects();
+  } catch (const vk::SystemError& e) {
+    throw Error(std::string("Vulkan initialisation on the adopted device failed: ") + e.what());
+  }
+}
+
+void Device::make_device_objects() {
+  {
     command_pool_ = vk::raii::CommandPool(
         device_, {.flags = vk::CommandPoolCreateFlagBits::eResetCommandBuffer, .queueFamilyIndex = queue_family_});
     cmd_ = std::move(vk::raii::CommandBuffers(device_, {.commandPool = *command_pool_,
@@ -335,8 +377,6 @@ Device::Device(const DeviceOptions& opts) : on_validation_error_(opts.on_validat
         device_, vk::PipelineCacheCreateInfo{.initialDataSize = initial.size(), .pInitialData = initial.data()});
     if (info_.timestamp_period_ns > 0)
       query_pool_ = vk::raii::QueryPool(device_, {.queryType = vk::QueryType::eTimestamp, .queryCount = kMaxTimestamps});
-  } catch (const vk::SystemError& e) {
-    throw Error(std::string("Vulkan initialisation failed: ") + e.what());
   }
 }
 
@@ -397,6 +437,26 @@ std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t byte
   return b;
 }
 
+std::unique_ptr<Buffer> Device::borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes) {
+  if (buffer == VK_NULL_HANDLE) throw std::invalid_argument("tensor '" + name + "': a null VkBuffer");
+  if (offset % 4 != 0)
+    throw std::invalid_argument("tensor '" + name + "': offset " + std::to_string(offset) + " is not a multiple of 4");
+  if (offset % info_.min_storage_buffer_offset_alignment != 0)
+    throw std::invalid_argument("tensor '" + name + "': offset " + std::to_string(offset) +
+                                " is not a multiple of the device's minStorageBufferOffsetAlignment (" +
+                                std::to_string(info_.min_storage_buffer_offset_alignment) + ")");
+  if (bytes > info_.max_storage_buffer_range)
+    throw Error("tensor '" + name + "' spans " + bytes_str(bytes) + ", over this device's maxStorageBufferRange of " +
+                bytes_str(info_.max_storage_buffer_range));
+  auto b = std::make_unique<Buffer>();
+  b->name = std::move(name);
+  b->bytes = bytes;
+  b->offset = offset;
+  b->borrowed = true;
+  b->buffer = vk::raii::Buffer(device_, buffer);
+  return b;
+}
+
 struct Device::Staging {
   vk::raii::Buffer buffer = nullptr;
   vk::raii::DeviceMemory memory = nullptr;
@@ -447,7 +507,7 @@ void Device::upload(const Buffer& dst, std::span<const std::byte> src, std::size
       auto& st = staging(src.size() - at);
       const std::size_t n = std::min(st.bytes, src.size() - at);
       std::memcpy(st.map, src.data() + at, n);
-      copy(*st.buffer, *dst.buffer, 0, offset + at, n);
+      copy(*st.buffer, *dst.buffer, 0, dst.offset + offset + at, n);
       at += n;
     }
   } catch (const vk::SystemError& e) {
@@ -464,7 +524,7 @@ void Device::download(const Buffer& src, std::span<std::byte> dst, std::size_t o
     for (std::size_t at = 0; at < dst.size();) {
       auto& st = staging(dst.size() - at);
       const std::size_t n = std::min(st.bytes, dst.size() - at);
-      copy(*src.buffer, *st.buffer, offset + at, 0, n);
+      copy(*src.buffer, *st.buffer, src.offset + offset + at, 0, n);
       std::memcpy(dst.data() + at, st.map, n);
       at += n;
     }

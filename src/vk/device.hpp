@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,12 +30,25 @@ struct DeviceOptions {
   /// Enable VK_LAYER_KHRONOS_validation and route its errors to on_validation_error.
   bool validate = false;
   std::function<void(std::string_view)> on_validation_error;
+  /// A device the caller made (select and validate are then ignored): used, never destroyed.
+  struct External {
+    VkInstance instance = VK_NULL_HANDLE;
+    VkPhysicalDevice physical = VK_NULL_HANDLE;
+    VkDevice device = VK_NULL_HANDLE;
+    std::uint32_t queue_family = 0, queue_index = 0;
+    bool subgroup_size_control = false;  // enabled at its creation: subgroupSizeControl, computeFullSubgroups
+    bool cooperative_matrix = false;     // VK_NV_cooperative_matrix, cooperativeMatrix and shaderFloat16
+  };
+  std::optional<External> external = {};
 };
 
-/// A device-local storage buffer. Owned by the Device that made it; keep the Device alive.
+/// A device-local storage buffer. Owned by the Device that made it; keep the Device alive. Or a
+/// range of a caller's buffer (borrowed: never destroyed here).
 struct Buffer {
   std::string name;
   std::size_t bytes = 0;
+  std::size_t offset = 0;  // where its bytes start in `buffer` (a caller's buffer: its offset)
+  bool borrowed = false;
   vk::raii::Buffer buffer = nullptr;
   vk::raii::DeviceMemory memory = nullptr;
   // The device's count of the bytes its buffers hold, which this one's memory is part of until it goes.
@@ -46,6 +60,7 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
     if (held) *held -= held_bytes;
+    if (borrowed) buffer.release();
   }
 };
 
@@ -137,6 +152,9 @@ class Device {
   /// A device-local storage buffer; refuses sizes over maxStorageBufferRange or the heap with a
   /// gdn::Error naming the buffer, its size and the limit.
   std::unique_ptr<Buffer> create_buffer(std::string name, std::size_t bytes);
+  /// Bytes [offset, offset + bytes) of a caller's VkBuffer (created on this device with storage and
+  /// transfer usage), borrowed: used, never destroyed.
+  std::unique_ptr<Buffer> borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes);
   void upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset = 0);
   void download(const Buffer& src, std::span<std::byte> dst, std::size_t offset = 0);
 
@@ -159,6 +177,8 @@ class Device {
 
  private:
   friend class Recorder;
+  void adopt(const DeviceOptions::External& x);
+  void make_device_objects();  // the queue's pool, fence, descriptor pool, pipeline cache, queries
   struct Staging;
   Staging& staging(std::size_t bytes);  // the transfer buffer, grown to min(bytes, 64 MiB) on demand
   void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
@@ -167,10 +187,20 @@ class Device {
   void print_statistics(const Pipeline& p) const;
 
   vk::raii::Context context_;
+  // An adopted instance and device are released, not destroyed: each by a guard declared after it,
+  // so destroyed before it (and after everything made on the device).
+  struct Release {
+    std::function<void()> f;
+    ~Release() {
+      if (f) f();
+    }
+  };
   vk::raii::Instance instance_ = nullptr;
+  Release instance_release_;
   vk::raii::DebugUtilsMessengerEXT messenger_ = nullptr;
   vk::raii::PhysicalDevice physical_ = nullptr;
   vk::raii::Device device_ = nullptr;
+  Release device_release_;
   std::unique_ptr<Staging> staging_;  // after device_: destroyed before it
   vk::raii::Queue queue_ = nullptr;
   vk::raii::CommandPool command_pool_ = nullptr;

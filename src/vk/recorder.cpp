@@ -60,7 +60,7 @@ void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std
   for (const auto& given : views.first(p.bindings)) {
     const BufferView& v = given.buffer ? given : *any;
     const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
-    infos.push_back({.buffer = *v.buffer->buffer, .offset = v.offset, .range = range});
+    infos.push_back({.buffer = *v.buffer->buffer, .offset = v.buffer->offset + v.offset, .range = range});
   }
   std::vector<vk::WriteDescriptorSet> writes(infos.size());
   for (std::uint32_t i = 0; i < infos.size(); ++i)
@@ -78,14 +78,14 @@ void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std
 }
 
 void Recorder::fill(const Buffer& b, std::uint32_t word) {
-  cmd_.fillBuffer(*b.buffer, 0, VK_WHOLE_SIZE, word);
+  cmd_.fillBuffer(*b.buffer, b.offset, b.bytes, word);
   barrier();
 }
 
 void Recorder::fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes) {
   if (offset + bytes > b.bytes || offset % 4 || bytes % 4)
     throw std::logic_error("fill of " + b.name + ": " + std::to_string(bytes) + " bytes at " + std::to_string(offset));
-  if (bytes) cmd_.fillBuffer(*b.buffer, offset, bytes, word);
+  if (bytes) cmd_.fillBuffer(*b.buffer, b.offset + offset, bytes, word);
   barrier();
 }
 
@@ -94,7 +94,9 @@ void Recorder::copy(const Buffer& src, std::size_t src_offset, const Buffer& dst
   if (src_offset + bytes > src.bytes || dst_offset + bytes > dst.bytes)
     throw std::logic_error("copy of " + std::to_string(bytes) + " bytes from " + src.name + " to " + dst.name +
                            " runs past a buffer's end");
-  if (bytes) cmd_.copyBuffer(*src.buffer, *dst.buffer, vk::BufferCopy{.srcOffset = src_offset, .dstOffset = dst_offset, .size = bytes});
+  if (bytes)
+    cmd_.copyBuffer(*src.buffer, *dst.buffer,
+                    vk::BufferCopy{.srcOffset = src.offset + src_offset, .dstOffset = dst.offset + dst_offset, .size = bytes});
   barrier();
 }
 
