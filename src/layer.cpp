@@ -65,7 +65,7 @@ const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timin
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.param_work.bytes() + m.family->scratch_bytes();
+  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.param_work.bytes() + m.family_scratch.bytes();
   for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db, &m.host_in.h0, &m.host_in.conv_state,
@@ -73,6 +73,56 @@ std::size_t Layer::workspace_bytes() const {
                           &m.host_grads.dh0, &m.host_grads.dconv_state})
     n += std::size_t(t->numel()) * sizeof(float);
   return n;
+}
+
+Recorded::Recorded() = default;
+Recorded::~Recorded() = default;
+Recorded::Recorded(Recorded&&) noexcept = default;
+Recorded& Recorded::operator=(Recorded&&) noexcept = default;
+
+namespace {
+// What recorded work holds: the device (through its Context) and the work's descriptor sets, which
+// go first.
+struct Holding {
+  std::shared_ptr<Context> ctx;
+  std::vector<std::shared_ptr<void>> work;
+};
+}  // namespace
+
+template <class Call>
+std::shared_ptr<void> record(detail::LayerImpl& m, void* cmd, Call&& call) {
+  if (!cmd) throw std::invalid_argument("record: a null VkCommandBuffer");
+  if (m.cfg.check_finite) throw std::invalid_argument("record: Config::check_finite reads results back; not with recording");
+  m.record_into = static_cast<VkCommandBuffer>(cmd);
+  m.recorded.clear();
+  try {
+    call();
+  } catch (...) {
+    m.record_into = VK_NULL_HANDLE;
+    m.recorded.clear();
+    throw;
+  }
+  m.record_into = VK_NULL_HANDLE;
+  auto h = std::make_shared<Holding>(Holding{m.ctx, std::move(m.recorded)});
+  m.recorded.clear();
+  std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
+  m.outstanding.push_back(h);
+  return h;
+}
+
+Recorded Layer::record_forward(void* cmd, const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
+  const std::lock_guard lock(impl_->calls);
+  Recorded r;
+  r.held_ = record(*impl_, cmd, [&] { impl_->forward(in, out, tape, carry); });
+  return r;
+}
+
+Recorded Layer::record_backward(void* cmd, const Tape& tape, const Tensor& dout, DeviceGrads& grads,
+                                const DeviceCarry* dcarry) {
+  const std::lock_guard lock(impl_->calls);
+  Recorded r;
+  r.held_ = record(*impl_, cmd, [&] { impl_->backward(tape, dout, grads, dcarry); });
+  return r;
 }
 
 void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {

@@ -55,6 +55,7 @@ struct LayerImpl {
   BufferSet scratch_fwd;  // for forwards without a tape
   BufferSet bwd;          // the backward's workspace
   BufferSet param_work;   // the parameter-gradient passes' partial sums (conv_bwd's, param_part's)
+  BufferSet family_scratch;  // the family's scratch_buffers
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
   DeviceInputs host_in;
   Tensor host_out, host_dout;
@@ -123,12 +124,19 @@ struct LayerImpl {
   // Makes f the buffers `decls()` declares for (B, T, keep) unless it holds them already.
   template <class Decls>
   void ensure(BufferSet& f, int B, int T, bool keep, Decls&& decls) {
-    if (f.B == B && f.T == T && f.keep == keep && !f.empty()) return;
+    if (f.B == B && f.T == T && f.keep == keep && (!f.empty() || f.made)) return;
+    // recorded work not yet released may read the old buffers
+    for (const auto& w : outstanding)
+      if (!w.expired() && !f.empty())
+        throw Error("layer: a call of another shape (B " + std::to_string(B) + ", T " + std::to_string(T) +
+                    ") would free buffers that recorded work of this layer still uses; destroy its gdn::Recorded "
+                    "(after its command buffer has completed) first");
     f = BufferSet{};  // frees the old buffers before allocating the new ones
     for (const auto& d : decls()) f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
     f.B = B;
     f.T = T;
     f.keep = keep;
+    f.made = true;
   }
 
   // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,
@@ -211,8 +219,19 @@ struct LayerImpl {
 
   // ---- recording ----
 
+  // Where a call records into a caller's command buffer (Layer::record_forward, record_backward), and
+  // what the recorded work holds.
+  VkCommandBuffer record_into = VK_NULL_HANDLE;
+  std::vector<std::shared_ptr<void>> recorded;
+  std::vector<std::weak_ptr<void>> outstanding;  // the Recorded of this layer (expired once destroyed)
+
   template <class Body>
   void run(Body&& body) {
+    if (record_into != VK_NULL_HANDLE) {
+      recorded.push_back(dev.record(record_into, [&](gpu::Recorder& r) { body(r); }));
+      timings.clear();
+      return;
+    }
     auto intervals = dev.run([&](gpu::Recorder& r) { body(r); }, profiling);
     timings.clear();
     if (!profiling) return;
@@ -285,9 +304,10 @@ struct LayerImpl {
       f = &st.fwd;
     }
     ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
+    ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
     run([&](gpu::Recorder& r) {
-      family->record_forward(r, in, out, *f, s);
+      family->record_forward(r, in, out, *f, family_scratch, s);
       if (carry) {
         record_conv_state_out(r, in, carry->conv_state, B, T);
         r.mark("conv_state_out");

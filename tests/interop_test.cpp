@@ -122,6 +122,20 @@ struct CallerVulkan {
   }
 };
 
+// Inputs and an output of B windows of T tokens (zeros).
+DeviceInputs in_of(const std::shared_ptr<Context>& ctx, const Config& cfg, std::int64_t B, std::int64_t T) {
+  auto zeros = [&](std::vector<std::int64_t> shape, const char* name) {
+    Tensor t(ctx, std::move(shape), name);
+    t.fill(0.0f);
+    return t;
+  };
+  return {zeros({B, T, cfg.channels()}, "qkv"), zeros({B, T, cfg.value_dim()}, "z"), zeros({B, T, cfg.nv}, "a"),
+          zeros({B, T, cfg.nv}, "b")};
+}
+Tensor out_of(const std::shared_ptr<Context>& ctx, const Config& cfg, std::int64_t B, std::int64_t T) {
+  return Tensor(ctx, {B, T, cfg.value_dim()}, "out");
+}
+
 TEST_F(DeviceTest, RunsOnTheCallersDeviceAndBuffers) {
   const Config cfg{.nv = 4, .nk = 2, .conv_taps = 4};
   const int B = 2, T = 19;
@@ -182,6 +196,104 @@ TEST_F(DeviceTest, RunsOnTheCallersDeviceAndBuffers) {
     }
     t.clear();  // every gdn object is gone before the caller destroys its handles (~CallerVulkan)
   }
+}
+
+// The layer recorded into the caller's command buffer between two pieces of the caller's own work (a
+// copy of qkv into place before, a copy of out elsewhere after), submitted once by the caller: the
+// blocking API's results, bitwise.
+TEST_F(DeviceTest, RecordsIntoTheCallersCommandBuffer) {
+  const Config cfg{.nv = 4, .nk = 2, .conv_taps = 4};
+  const int B = 2, T = 19;
+  const Params p = random_params(cfg, 61);
+  const Batch x = random_batch(cfg, B, T, 62);
+  const std::int64_t C = cfg.channels(), V = cfg.value_dim();
+  Layer own(context(), cfg, p);
+  Tape own_tape;
+  const auto want_out = own.forward(B, T, {.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b}, &own_tape);
+  const HostGrads want = own.backward(own_tape, x.dout);
+
+  const std::size_t qkv_bytes = std::size_t(B) * T * C * 4, out_bytes = std::size_t(B) * T * V * 4;
+  const std::size_t at_staged = 0, at_qkv = (qkv_bytes + 255) / 256 * 256, at_out = 2 * at_qkv,
+                    at_copy = at_out + (out_bytes + 255) / 256 * 256;
+  CallerVulkan vk(at_copy + out_bytes);
+  VkCommandPool pool = VK_NULL_HANDLE;
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  {
+    VkCommandPoolCreateInfo pci{};
+    pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pci.queueFamilyIndex = vk.family;
+    check(vkCreateCommandPool(vk.device, &pci, nullptr, &pool), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo cai{};
+    cai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    cai.commandPool = pool;
+    cai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cai.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(vk.device, &cai, &cmd), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fci{};
+    fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    check(vkCreateFence(vk.device, &fci, nullptr, &fence), "vkCreateFence");
+  }
+  {
+    auto ctx = Context::adopt({.instance = vk.instance, .physical_device = vk.physical, .device = vk.device,
+                               .queue_family = vk.family, .queue_index = 0,
+                               .subgroup_size_control = vk.size_control, .cooperative_matrix = vk.matrix});
+    const auto buf = reinterpret_cast<std::uint64_t>(vk.buffer);
+    Tensor staged = Tensor::wrap(ctx, buf, at_staged, {B, T, C}, "staged qkv");
+    Tensor qkv = Tensor::wrap(ctx, buf, at_qkv, {B, T, C}, "qkv");
+    Tensor out = Tensor::wrap(ctx, buf, at_out, {B, T, V}, "out");
+    Tensor copied = Tensor::wrap(ctx, buf, at_copy, {B, T, V}, "out, copied");
+    staged.upload(x.qkv);
+    qkv.fill(0.0f);  // the forward must read the caller's copy, not this
+    auto tensor = [&](std::vector<std::int64_t> shape, const std::vector<float>& v, const char* name) {
+      Tensor t(ctx, std::move(shape), name);
+      t.upload(v);
+      return t;
+    };
+    const DeviceInputs in{qkv, tensor({B, T, V}, x.z, "z"), tensor({B, T, cfg.nv}, x.a, "a"),
+                          tensor({B, T, cfg.nv}, x.b, "b")};
+    const Tensor dout = tensor({B, T, V}, x.dout, "dout");
+    Layer layer(ctx, cfg, p);
+    Tape tape;
+    DeviceGrads g;
+
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
+    const VkBufferCopy before{at_staged, at_qkv, qkv_bytes}, after{at_out, at_copy, out_bytes};
+    vkCmdCopyBuffer(cmd, vk.buffer, vk.buffer, 1, &before);  // the caller's work before
+    Recorded f = layer.record_forward(cmd, in, out, &tape);
+    Recorded b = layer.record_backward(cmd, tape, dout, g);
+    vkCmdCopyBuffer(cmd, vk.buffer, vk.buffer, 1, &after);  // and after
+    check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+    // nothing ran yet: the outputs gdn allocated hold no results
+    EXPECT_NE(out.download(), want_out);
+    // a call that would free buffers the recorded work uses (here the backward's workspace, for
+    // another shape) is refused while that work is outstanding
+    Tensor small_out = out_of(ctx, cfg, 1, 3);
+    Tape small_tape;
+    layer.forward(in_of(ctx, cfg, 1, 3), small_out, &small_tape);  // a tape of its own: allowed
+    DeviceGrads small_g;
+    EXPECT_THROW(layer.backward(small_tape, small_out, small_g), Error);
+
+    VkQueue queue;
+    vkGetDeviceQueue(vk.device, vk.family, 0, &queue);
+    VkSubmitInfo si{};
+    si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd;
+    check(vkQueueSubmit(queue, 1, &si, fence), "vkQueueSubmit");
+    check(vkWaitForFences(vk.device, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    f = Recorded();  // the work is done: what it held may go
+    b = Recorded();
+    EXPECT_EQ(out.download(), want_out);
+    EXPECT_EQ(copied.download(), want_out);
+    EXPECT_EQ(g.dqkv.download(), want.dqkv);
+    EXPECT_EQ(g.da.download(), want.da);
+    EXPECT_EQ(g.dconv.download(), want.dconv);
+  }
+  vkDestroyFence(vk.device, fence, nullptr);
+  vkDestroyCommandPool(vk.device, pool, nullptr);
 }
 
 TEST_F(DeviceTest, AdoptRefusesMissingHandles) {

@@ -182,6 +182,21 @@ class Tape {
   std::unique_ptr<detail::TapeState> state_;
 };
 
+/// Work of a Layer recorded into a caller's command buffer (Layer::record_forward, record_backward).
+/// It holds what that work reads when it executes (descriptor sets, the device): destroy it only
+/// once the caller's submission of the command buffer has completed.
+class Recorded {
+ public:
+  Recorded();
+  ~Recorded();
+  Recorded(Recorded&&) noexcept;
+  Recorded& operator=(Recorded&&) noexcept;
+
+ private:
+  friend class Layer;
+  std::shared_ptr<void> held_;
+};
+
 class Layer {
  public:
   /// Builds the pipelines of the chosen variant. Throws std::invalid_argument on an inconsistent
@@ -212,6 +227,22 @@ class Layer {
   /// `carry`, writes the states the window leaves.
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr, DeviceCarry* carry = nullptr);
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads, const DeviceCarry* dcarry = nullptr);
+
+  // ---- recorded into a caller's command buffer ----
+  /// As forward() and backward() of the device API, recorded into `vk_command_buffer` (a
+  /// VkCommandBuffer of the Context's device, in the recording state, for a queue of the Context's
+  /// queue family) instead of run: nothing is submitted or waited for. The recorded work begins with
+  /// a barrier that makes compute-shader and transfer writes recorded before it visible to its
+  /// reads, and ends with one that makes its writes visible to compute shaders and transfers after
+  /// it (other stages are the caller's to synchronize). Tensors, the tape and the carry are used
+  /// when the command buffer executes: keep them, unwritten by others, until it has; a backward
+  /// recorded after its forward in the same command buffer reads what the forward wrote. Outputs,
+  /// tape and workspace buffers are allocated at recording. Not with Config::check_finite (it reads
+  /// results back); profiling makes no timings of recorded work.
+  Recorded record_forward(void* vk_command_buffer, const DeviceInputs& in, Tensor& out, Tape* tape = nullptr,
+                          DeviceCarry* carry = nullptr);
+  Recorded record_backward(void* vk_command_buffer, const Tape& tape, const Tensor& dout, DeviceGrads& grads,
+                           const DeviceCarry* dcarry = nullptr);
 
   /// The parameters as device tensors (shared, not copied: writes to them change the layer's).
   ParamTensors params() const;

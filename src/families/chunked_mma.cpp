@@ -29,7 +29,10 @@ class ChunkedMatrix final : public Family {
   }
 
   int interval(int) const override { return int(kChunk); }
-  std::size_t scratch_bytes() const override { return y_ ? y_->bytes : 0; }
+  // v: only the forward reads it (the backward reads X in its place), so no tape keeps it
+  std::vector<BufferDecl> scratch_buffers(int B, int T) const override {
+    return {{"v (conv output)", std::size_t(B) * T * cfg_.nv * kD}};
+  }
   int chunks(int T) const { return (T + int(kChunk) - 1) / int(kChunk); }
   // Stored states at the edges of pairs of chunks: chunk_pair_bwd_mma takes a pair per workgroup and
   // makes the state between its chunks again.
@@ -76,12 +79,10 @@ class ChunkedMatrix final : public Family {
   const CommonKernels& common_kernels() const override { return common_; }
 
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                      const States& s) override {
+                      const BufferSet& scratch, const States& s) override {
     const Push pc = push(cfg_, f.B, f.T, f.keep, s);
-    // v: only the forward reads it (the backward reads X in its place), so no tape keeps it
-    const std::size_t v_bytes = std::size_t(f.B) * f.T * cfg_.nv * kD * sizeof(float);
-    if (!y_ || y_->bytes < v_bytes) y_ = dev_.create_buffer("v (conv output)", v_bytes);
-    record_conv_fwd(r, common_, cfg_, p_, in, *y_, f[kQkn], f[kNq], pc);
+    const gpu::Buffer& y = scratch[0];
+    record_conv_fwd(r, common_, cfg_, p_, in, y, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
     r.dispatch(*chunk_prep_fwd_,
                bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
@@ -94,7 +95,7 @@ class ChunkedMatrix final : public Family {
                bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
                                        .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
                                        .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
-                                       .gates = view(f[kGates]), .y = view(*y_), .xp = view(f[kX]),
+                                       .gates = view(f[kGates]), .y = view(y), .xp = view(f[kX]),
                                        .vscale = view(f[kVscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
                                        .h0 = view_or(in.h0, in.qkv), .ht = view_or(s.ht, in.qkv)},
                pc, std::uint64_t(f.B) * cfg_.nv);
@@ -175,7 +176,6 @@ class ChunkedMatrix final : public Family {
   }
   Serial serial_[2];
   std::shared_ptr<gpu::Pipeline> chunk_prep_fwd_, chunk_factors_, qk_bwd_, conv_bwd_yv_;
-  std::unique_ptr<gpu::Buffer> y_;  // the conv output v of the last forward (grows to the largest shape)
 };
 
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {

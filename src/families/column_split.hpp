@@ -19,7 +19,7 @@ class ColumnSplitFamily : public Family {
   enum Fwd { kY, kQkn, kNq, kGates, kO, kInv, kCk, kKv };
   std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const override;
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                      const States& s) override;
+                      const BufferSet& scratch, const States& s) override;
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
   const CommonKernels& common_kernels() const override { return common_; }
 

@@ -30,6 +30,7 @@ struct BufferDecl {
 struct BufferSet {
   int B = 0, T = 0;
   bool keep = false;
+  bool made = false;  // by ensure (a set may declare no buffers)
   std::vector<std::unique_ptr<gpu::Buffer>> buffers;
 
   const gpu::Buffer& operator[](std::size_t i) const { return *buffers[i]; }
@@ -74,9 +75,10 @@ class Family {
   virtual std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const = 0;
   /// What one backward of (B, T) needs beyond its tape.
   virtual std::vector<BufferDecl> backward_buffers(int B, int T) const = 0;
-  /// Records a forward into r: out from `in`, writing f (forward_buffers' set).
+  /// Records a forward into r: out from `in`, writing f (forward_buffers' set), with scratch
+  /// (scratch_buffers' set).
   virtual void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                              const States& s) = 0;
+                              const BufferSet& scratch, const States& s) = 0;
   /// Records a backward: the input gradients of g (dqkv, dz, da, db) from dout and the tape (its
   /// inputs and forward set), with the workspace w (backward_buffers' set); its conv backward leaves
   /// its blocks' sums of dconv in dconv_part (the layer's param passes sum them).
@@ -92,8 +94,8 @@ class Family {
 
   /// The common kernels it built (the layer records the parameter-gradient passes with them).
   virtual const CommonKernels& common_kernels() const = 0;
-  /// Device memory the family keeps beyond the tapes and the workspace (scratch of its own).
-  virtual std::size_t scratch_bytes() const { return 0; }
+  /// What one forward of (B, T) needs beyond its tape and keeps for no backward (the layer holds it).
+  virtual std::vector<BufferDecl> scratch_buffers(int, int) const { return {}; }
 
   /// The push constants of every pass (shaders/common/common.glsl).
   Push push(const Config& cfg, int B, int T, bool keep, const States& s) const {

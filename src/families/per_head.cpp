@@ -41,7 +41,7 @@ class PerHead final : public Family {
   const CommonKernels& common_kernels() const override { return common_; }
 
   void record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                      const States& s) override {
+                      const BufferSet&, const States& s) override {
     const Push pc = push(cfg_, f.B, f.T, f.keep, s);
     record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
     record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);

@@ -29,7 +29,7 @@ std::vector<BufferDecl> ColumnSplitFamily::forward_buffers(int B, int T, bool ke
 }
 
 void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                                       const States& s) {
+                                       const BufferSet&, const States& s) {
   const Push pc = push(cfg_, f.B, f.T, f.keep, s);
   record_conv_fwd(r, common_, cfg_, p_, in, f[kY], f[kQkn], f[kNq], pc);
   record_gate_prep(r, common_, cfg_, p_, in, f[kGates], pc);

@@ -358,6 +358,12 @@ void Device::adopt(const DeviceOptions::External& x) {
   }
 }
 
+vk::raii::DescriptorPool Device::make_descriptor_pool() const {
+  vk::DescriptorPoolSize ps{.type = vk::DescriptorType::eStorageBuffer, .descriptorCount = kMaxSetsPerRun * kMaxBindingsPerSet};
+  return vk::raii::DescriptorPool(device_, {.flags = vk::DescriptorPoolCreateFlagBits::eFreeDescriptorSet,
+                                            .maxSets = kMaxSetsPerRun, .poolSizeCount = 1, .pPoolSizes = &ps});
+}
+
 void Device::make_device_objects() {
   {
     command_pool_ = vk::raii::CommandPool(
@@ -367,10 +373,7 @@ void Device::make_device_objects() {
                                                         .commandBufferCount = 1})
                          .front());
     fence_ = vk::raii::Fence(device_, vk::FenceCreateInfo{});
-    vk::DescriptorPoolSize ps{.type = vk::DescriptorType::eStorageBuffer, .descriptorCount = kMaxSetsPerRun * kMaxBindingsPerSet};
-    descriptor_pool_ = vk::raii::DescriptorPool(
-        device_, {.flags = vk::DescriptorPoolCreateFlagBits::eFreeDescriptorSet, .maxSets = kMaxSetsPerRun,
-                  .poolSizeCount = 1, .pPoolSizes = &ps});
+    descriptor_pools_.push_back(make_descriptor_pool());
     cache_path_ = cache_path(physical_.getProperties());
     const auto initial = read_cache(cache_path_, physical_.getProperties());
     pipeline_cache_ = vk::raii::PipelineCache(

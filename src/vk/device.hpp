@@ -168,6 +168,11 @@ class Device {
   /// Records with `body`, submits, waits. With `timed`, returns the intervals between marks measured
   /// with GPU timestamp queries (the first interval starts at the beginning of the submission).
   std::vector<Interval> run(const std::function<void(Recorder&)>& body, bool timed = false);
+  /// Records with `body` into a caller's command buffer (in the recording state), between barriers
+  /// that make compute and transfer writes before it visible to its dispatches and its writes to
+  /// compute and transfer after it. Returns what the work reads at execution (its descriptor sets):
+  /// keep it until the caller's submission has completed. No timestamps.
+  std::shared_ptr<void> record(VkCommandBuffer cmd, const std::function<void(Recorder&)>& body);
 
   /// Bytes held by buffers of this device.
   std::size_t allocated_bytes() const { return *allocated_; }
@@ -179,6 +184,8 @@ class Device {
   friend class Recorder;
   void adopt(const DeviceOptions::External& x);
   void make_device_objects();  // the queue's pool, fence, descriptor pool, pipeline cache, queries
+  vk::raii::DescriptorPool make_descriptor_pool() const;
+  std::vector<vk::raii::DescriptorSet> allocate_set(vk::DescriptorSetLayout layout);
   struct Staging;
   Staging& staging(std::size_t bytes);  // the transfer buffer, grown to min(bytes, 64 MiB) on demand
   void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
@@ -206,7 +213,7 @@ class Device {
   vk::raii::CommandPool command_pool_ = nullptr;
   vk::raii::CommandBuffer cmd_ = nullptr;
   vk::raii::Fence fence_ = nullptr;
-  vk::raii::DescriptorPool descriptor_pool_ = nullptr;
+  std::vector<vk::raii::DescriptorPool> descriptor_pools_;  // one, and more as they fill
   vk::raii::PipelineCache pipeline_cache_ = nullptr;
   std::string cache_path_;  // where the cache is loaded from and saved to ("" : nowhere)
   vk::raii::QueryPool query_pool_ = nullptr;

@@ -52,9 +52,7 @@ void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std
     throw Error("dispatch " + p.name + " needs " + std::to_string(groups) + " workgroups, over the device's " +
                 std::to_string(info.max_workgroup_count[0]) + " x " + std::to_string(info.max_workgroup_count[1]));
 
-  vk::DescriptorSetLayout layout = *p.set_layout;
-  auto sets = dev_.device_.allocateDescriptorSets({.descriptorPool = *dev_.descriptor_pool_, .descriptorSetCount = 1,
-                                                   .pSetLayouts = &layout});
+  auto sets = dev_.allocate_set(*p.set_layout);
   std::vector<vk::DescriptorBufferInfo> infos;
   infos.reserve(p.bindings);
   for (const auto& given : views.first(p.bindings)) {
@@ -105,6 +103,45 @@ void Recorder::mark(std::string label) {
   if (dev_.timestamps_used_ >= kMaxTimestamps) throw std::logic_error("too many timestamp marks in one run");
   cmd_.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *dev_.query_pool_, dev_.timestamps_used_++);
   labels_.push_back(std::move(label));
+}
+
+std::vector<vk::raii::DescriptorSet> Device::allocate_set(vk::DescriptorSetLayout layout) {
+  // from the newest pool; a full one gets a new one beside it (recorded work the caller still holds
+  // keeps its sets)
+  try {
+    return device_.allocateDescriptorSets({.descriptorPool = *descriptor_pools_.back(), .descriptorSetCount = 1,
+                                           .pSetLayouts = &layout});
+  } catch (const vk::OutOfPoolMemoryError&) {
+  } catch (const vk::FragmentedPoolError&) {
+  }
+  descriptor_pools_.push_back(make_descriptor_pool());
+  return device_.allocateDescriptorSets({.descriptorPool = *descriptor_pools_.back(), .descriptorSetCount = 1,
+                                         .pSetLayouts = &layout});
+}
+
+std::shared_ptr<void> Device::record(VkCommandBuffer cmd, const std::function<void(Recorder&)>& body) {
+  const std::lock_guard lock(mutex_);
+  if (cmd == VK_NULL_HANDLE) throw std::invalid_argument("record: a null VkCommandBuffer");
+  // the caller's command buffer, borrowed for the recording (released, never freed here)
+  vk::raii::CommandBuffer borrowed(device_, cmd, VK_NULL_HANDLE);
+  struct Held {
+    std::vector<vk::raii::DescriptorSet> sets;
+  };
+  auto held = std::make_shared<Held>();
+  try {
+    Recorder rec(*this, borrowed);
+    rec.barrier();  // the caller's writes before, visible to the dispatches
+    body(rec);
+    held->sets = std::move(rec.sets_);
+  } catch (const vk::SystemError& e) {
+    borrowed.release();
+    throw Error(std::string("recording failed: ") + e.what());
+  } catch (...) {
+    borrowed.release();
+    throw;
+  }
+  borrowed.release();
+  return held;
 }
 
 std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
