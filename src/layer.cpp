@@ -125,6 +125,63 @@ Recorded Layer::record_backward(void* cmd, const Tape& tape, const Tensor& dout,
   return r;
 }
 
+}  // namespace gdn
+
+namespace gdn::detail {
+// What submitted work holds: the device (through its Context) and the submission, which goes first
+// (its destructor waits for the GPU).
+struct PendingState {
+  std::shared_ptr<Context> ctx;
+  std::unique_ptr<gpu::Device::Submission> submission;
+};
+}  // namespace gdn::detail
+
+namespace gdn {
+
+Pending::Pending() = default;
+Pending::~Pending() = default;
+Pending::Pending(Pending&&) noexcept = default;
+Pending& Pending::operator=(Pending&&) noexcept = default;
+void Pending::wait() {
+  if (state_) state_->submission->wait();
+}
+bool Pending::done() { return !state_ || state_->submission->done(); }
+
+template <class Call>
+std::shared_ptr<detail::PendingState> submit(detail::LayerImpl& m, Call&& call) {
+  if (m.cfg.check_finite) throw std::invalid_argument("submit: Config::check_finite reads results back; not with submission");
+  m.submit_only = true;
+  m.submitted.clear();
+  try {
+    call();
+  } catch (...) {
+    m.submit_only = false;
+    m.submitted.clear();
+    throw;
+  }
+  m.submit_only = false;
+  if (m.submitted.empty()) return nullptr;
+  auto st = std::make_shared<detail::PendingState>(detail::PendingState{m.ctx, std::move(m.submitted.front())});
+  m.submitted.clear();
+  std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
+  m.outstanding.push_back(st);
+  return st;
+}
+
+Pending Layer::submit_forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
+  const std::lock_guard lock(impl_->calls);
+  Pending p;
+  p.state_ = submit(*impl_, [&] { impl_->forward(in, out, tape, carry); });
+  return p;
+}
+
+Pending Layer::submit_backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads, const DeviceCarry* dcarry) {
+  const std::lock_guard lock(impl_->calls);
+  Pending p;
+  p.state_ = submit(*impl_, [&] { impl_->backward(tape, dout, grads, dcarry); });
+  return p;
+}
+
 void Layer::forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
   const std::lock_guard lock(impl_->calls);
   impl_->forward(in, out, tape, carry);

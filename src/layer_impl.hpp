@@ -223,12 +223,19 @@ struct LayerImpl {
   // what the recorded work holds.
   VkCommandBuffer record_into = VK_NULL_HANDLE;
   std::vector<std::shared_ptr<void>> recorded;
-  std::vector<std::weak_ptr<void>> outstanding;  // the Recorded of this layer (expired once destroyed)
+  std::vector<std::weak_ptr<void>> outstanding;  // the Recorded and Pending of this layer (expired once gone)
+  bool submit_only = false;  // Layer::submit_*: submitted, not waited for
+  std::vector<std::unique_ptr<gpu::Device::Submission>> submitted;
 
   template <class Body>
   void run(Body&& body) {
     if (record_into != VK_NULL_HANDLE) {
       recorded.push_back(dev.record(record_into, [&](gpu::Recorder& r) { body(r); }));
+      timings.clear();
+      return;
+    }
+    if (submit_only) {
+      submitted.push_back(dev.submit([&](gpu::Recorder& r) { body(r); }));
       timings.clear();
       return;
     }

@@ -368,6 +368,37 @@ TEST_F(DeviceTest, ThreadsShareAContextAndALayer) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// Data-parallel training drives one Context per GPU, each from its own thread: two Contexts (here on
+// the same device) in two threads, each its own layer, give the results of one.
+TEST_F(DeviceTest, TwoContextsInTwoThreads) {
+  const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4};
+  const Params p = random_params(cfg, 83);
+  const Batch x = random_batch(cfg, 2, 12, 84);
+  std::vector<float> want_out;
+  HostGrads want;
+  {
+    Layer layer(context(), cfg, p);
+    Tape tape;
+    want_out = layer.forward(2, 12, {.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b}, &tape);
+    want = layer.backward(tape, x.dout);
+  }
+  std::atomic<int> wrong{0};
+  auto work = [&] {
+    auto ctx = Context::create();
+    Layer layer(ctx, cfg, p);
+    for (int i = 0; i < 6; ++i) {
+      Tape tape;
+      const auto out = layer.forward(2, 12, {.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b}, &tape);
+      const HostGrads g = layer.backward(tape, x.dout);
+      wrong += out != want_out || g.dqkv != want.dqkv || g.dconv != want.dconv;
+    }
+  };
+  std::thread t1(work), t2(work);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 // The pipeline cache outlives the process in a file (GDN_PIPELINE_CACHE here): a Context that built
 // pipelines leaves one with this device's header, and a corrupt file is skipped, then replaced.
 TEST_F(DeviceTest, PipelineCacheIsSavedAndAForeignOneSkipped) {

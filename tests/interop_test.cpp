@@ -296,6 +296,48 @@ TEST_F(DeviceTest, RecordsIntoTheCallersCommandBuffer) {
   vkDestroyCommandPool(vk.device, pool, nullptr);
 }
 
+// Submitted without waiting: the host goes on, wait() makes the outputs readable, and the results
+// are the blocking calls', bitwise; a blocking call queued behind reads what the pending one wrote.
+TEST_F(DeviceTest, SubmitsWithoutWaiting) {
+  auto ctx = context();
+  const Config cfg{.nv = 4, .nk = 2, .conv_taps = 4};
+  const int B = 2, T = 21;
+  const Params p = random_params(cfg, 71);
+  const Batch x = random_batch(cfg, B, T, 72);
+  Layer layer(ctx, cfg, p);
+  Tape own_tape;
+  const auto want_out = layer.forward(B, T, {.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b}, &own_tape);
+  const HostGrads want = layer.backward(own_tape, x.dout);
+
+  auto tensor = [&](std::vector<std::int64_t> shape, const std::vector<float>& v, const char* name) {
+    Tensor t(ctx, std::move(shape), name);
+    t.upload(v);
+    return t;
+  };
+  const DeviceInputs in{tensor({B, T, cfg.channels()}, x.qkv, "qkv"), tensor({B, T, cfg.value_dim()}, x.z, "z"),
+                        tensor({B, T, cfg.nv}, x.a, "a"), tensor({B, T, cfg.nv}, x.b, "b")};
+  const Tensor dout = tensor({B, T, cfg.value_dim()}, x.dout, "dout");
+  Tensor out;
+  Tape tape;
+  DeviceGrads g;
+  Pending f = layer.submit_forward(in, out, &tape);
+  Pending b = layer.submit_backward(tape, dout, g);
+  b.wait();
+  EXPECT_TRUE(b.done());
+  EXPECT_TRUE(f.done());  // the queue ran it first
+  EXPECT_EQ(out.download(), want_out);
+  EXPECT_EQ(g.dqkv.download(), want.dqkv);
+  EXPECT_EQ(g.dnorm.download(), want.dnorm);
+
+  // a blocking backward right behind a submitted forward reads the forward's tape
+  Tape tape2;
+  Tensor out2;
+  Pending f2 = layer.submit_forward(in, out2, &tape2);
+  DeviceGrads g2;
+  layer.backward(tape2, dout, g2);
+  EXPECT_EQ(g2.dqkv.download(), want.dqkv);
+}
+
 TEST_F(DeviceTest, AdoptRefusesMissingHandles) {
   EXPECT_THROW(Context::adopt({}), std::invalid_argument);
 }

@@ -197,6 +197,27 @@ class Recorded {
   std::shared_ptr<void> held_;
 };
 
+namespace detail {
+struct PendingState;
+}
+/// Work of a Layer submitted without waiting (Layer::submit_forward, submit_backward). Its outputs
+/// are readable once wait() has returned; destroying it waits.
+class Pending {
+ public:
+  Pending();
+  ~Pending();
+  Pending(Pending&&) noexcept;
+  Pending& operator=(Pending&&) noexcept;
+  /// Until the work has completed. Throws gdn::Error if the device failed.
+  void wait();
+  /// Whether it has completed (no waiting).
+  bool done();
+
+ private:
+  friend class Layer;
+  std::shared_ptr<detail::PendingState> state_;
+};
+
 class Layer {
  public:
   /// Builds the pipelines of the chosen variant. Throws std::invalid_argument on an inconsistent
@@ -243,6 +264,12 @@ class Layer {
                           DeviceCarry* carry = nullptr);
   Recorded record_backward(void* vk_command_buffer, const Tape& tape, const Tensor& dout, DeviceGrads& grads,
                            const DeviceCarry* dcarry = nullptr);
+
+  /// As forward() and backward() of the device API, submitted to the device's queue without waiting:
+  /// the host goes on while the GPU works; the same rules as record_forward for what the work uses.
+  /// Calls of the layer that follow are queued after it (the queue runs submissions in order).
+  Pending submit_forward(const DeviceInputs& in, Tensor& out, Tape* tape = nullptr, DeviceCarry* carry = nullptr);
+  Pending submit_backward(const Tape& tape, const Tensor& dout, DeviceGrads& grads, const DeviceCarry* dcarry = nullptr);
 
   /// The parameters as device tensors (shared, not copied: writes to them change the layer's).
   ParamTensors params() const;

@@ -173,6 +173,23 @@ class Device {
   /// compute and transfer after it. Returns what the work reads at execution (its descriptor sets):
   /// keep it until the caller's submission has completed. No timestamps.
   std::shared_ptr<void> record(VkCommandBuffer cmd, const std::function<void(Recorder&)>& body);
+  /// Work in flight: submitted by submit(), done when its fence has signalled.
+  class Submission {
+   public:
+    ~Submission();  // waits: nothing it holds may go while the GPU works
+    void wait();
+    bool done();
+
+   private:
+    friend class Device;
+    Device* dev_ = nullptr;
+    vk::raii::CommandBuffer cmd_ = nullptr;
+    vk::raii::Fence fence_ = nullptr;
+    std::shared_ptr<void> held_;  // the recorded work's descriptor sets
+    bool waited_ = false;
+  };
+  /// Records with `body` into a command buffer of its own and submits it, without waiting.
+  std::unique_ptr<Submission> submit(const std::function<void(Recorder&)>& body);
 
   /// Bytes held by buffers of this device.
   std::size_t allocated_bytes() const { return *allocated_; }

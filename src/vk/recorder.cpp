@@ -144,6 +144,47 @@ std::shared_ptr<void> Device::record(VkCommandBuffer cmd, const std::function<vo
   return held;
 }
 
+std::unique_ptr<Device::Submission> Device::submit(const std::function<void(Recorder&)>& body) {
+  const std::lock_guard lock(mutex_);
+  auto s = std::make_unique<Submission>();
+  s->dev_ = this;
+  try {
+    s->cmd_ = std::move(vk::raii::CommandBuffers(device_, {.commandPool = *command_pool_,
+                                                           .level = vk::CommandBufferLevel::ePrimary,
+                                                           .commandBufferCount = 1})
+                            .front());
+    s->fence_ = vk::raii::Fence(device_, vk::FenceCreateInfo{});
+    s->cmd_.begin({.flags = vk::CommandBufferUsageFlagBits::eOneTimeSubmit});
+    s->held_ = record(*s->cmd_, body);
+    s->cmd_.end();
+    vk::CommandBuffer raw = *s->cmd_;
+    queue_.submit(vk::SubmitInfo{.commandBufferCount = 1, .pCommandBuffers = &raw}, *s->fence_);
+  } catch (const vk::SystemError& e) {
+    s->waited_ = true;  // nothing was submitted
+    throw Error(std::string("GPU submission failed: ") + e.what());
+  }
+  return s;
+}
+
+void Device::Submission::wait() {
+  if (waited_) return;
+  if (dev_->device_.waitForFences(*fence_, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
+    throw Error("GPU work did not finish");
+  waited_ = true;
+}
+
+bool Device::Submission::done() { return waited_ || fence_.getStatus() == vk::Result::eSuccess; }
+
+Device::Submission::~Submission() {
+  try {
+    wait();
+  } catch (...) {
+    // a lost device: the handles go all the same
+  }
+  const std::lock_guard lock(dev_->mutex_);  // the command pool is the device's
+  cmd_ = nullptr;
+}
+
 std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
   const std::lock_guard lock(mutex_);
   if (timed && !*query_pool_) throw Error("device '" + info_.name + "' has no timestamp queries on its compute queue");
@@ -158,6 +199,7 @@ std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bo
       cmd_.resetQueryPool(*query_pool_, 0, kMaxTimestamps);
       cmd_.writeTimestamp(vk::PipelineStageFlagBits::eTopOfPipe, *query_pool_, timestamps_used_++);
     }
+    rec.barrier();  // after work submitted before without waiting (Device::submit)
     body(rec);
     cmd_.end();
     vk::CommandBuffer raw = *cmd_;
