@@ -268,13 +268,18 @@ TEST_F(DeviceTest, RecordsIntoTheCallersCommandBuffer) {
     check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     // nothing ran yet: the outputs gdn allocated hold no results
     EXPECT_NE(out.download(), want_out);
-    // a call that would free buffers the recorded work uses (here the backward's workspace, for
-    // another shape) is refused while that work is outstanding
+    // a call that would free buffers the recorded work uses (the layer's workspaces for another
+    // shape: the backward's; on the matrix units already the forward's scratch) is refused while
+    // that work is outstanding
     Tensor small_out = out_of(ctx, cfg, 1, 3);
     Tape small_tape;
-    layer.forward(in_of(ctx, cfg, 1, 3), small_out, &small_tape);  // a tape of its own: allowed
     DeviceGrads small_g;
-    EXPECT_THROW(layer.backward(small_tape, small_out, small_g), Error);
+    EXPECT_THROW(
+        {
+          layer.forward(in_of(ctx, cfg, 1, 3), small_out, &small_tape);
+          layer.backward(small_tape, small_out, small_g);
+        },
+        Error);
 
     VkQueue queue;
     vkGetDeviceQueue(vk.device, vk.family, 0, &queue);
