@@ -271,6 +271,12 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << std::setw(8) << fmt(100 * step_floor_bw / step_ms, 0) << "%" << std::setw(8)
         << fmt(100 * step_floor_fl / step_ms, 0) << "%\n";
     out << "forward + backward: " << fmt(passes[1].ms("total") + passes[2].ms("total")) << " ms\n";
+    out << "\n"
+        << "ms: the GPU's time (timestamp queries), median of the repeats; the indented rows are the pass's\n"
+        << "  kernels. GB/s, GFLOP/s: the bytes the pass must move at least (its inputs read, its outputs\n"
+        << "  written once) and the flops of its recurrence, over that time. bytes floor, fp32 floor: the\n"
+        << "  time those bytes take at the copy rate measured above, and those flops at the fp32 FMA rate\n"
+        << "  measured above (no pass can beat either); of bw, of fp32: the floor's share of the time.\n";
 
     out << "\ntape: " << gib(tape.device_bytes()) << " on the device for B " << B << ", T " << T << ":\n";
     js << "  ],\n  \"forward_backward_ms\": " << passes[1].ms("total") + passes[2].ms("total")
