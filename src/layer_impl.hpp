@@ -200,11 +200,12 @@ struct LayerImpl {
     for (std::size_t b = 0; b < std::size_t(B); ++b) {
       const std::size_t from_qkv = std::min<std::size_t>(K1, T), from_state = K1 - from_qkv;
       if (from_state) {  // rows T .. K-2 of conv_state come first
-        if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row);
-        else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row);
+        if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row, false);
+        else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row, false);
       }
-      r.copy(*storage_of(in.qkv).buffer, (b * T + (T - from_qkv)) * row, dst, (b * K1 + from_state) * row, from_qkv * row);
+      r.copy(*storage_of(in.qkv).buffer, (b * T + (T - from_qkv)) * row, dst, (b * K1 + from_state) * row, from_qkv * row, false);
     }
+    r.barrier();  // the copies write disjoint rows: one barrier after them all
   }
 
   void check_context(const Tensor& t) const {

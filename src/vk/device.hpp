@@ -111,10 +111,14 @@ class Recorder {
   }
   /// Fills a buffer with a 32-bit pattern (e.g. NaN poison in tests, zero accumulators).
   void fill(const Buffer& b, std::uint32_t word);
-  /// Fills bytes [offset, offset + bytes) of b (multiples of 4).
-  void fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes);
-  /// Copies `bytes` from src at src_offset to dst at dst_offset.
-  void copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset, std::size_t bytes);
+  /// Fills bytes [offset, offset + bytes) of b (multiples of 4). `then_barrier` false: no barrier
+  /// after it (several writes to disjoint ranges, then barrier()).
+  void fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes, bool then_barrier = true);
+  /// Copies `bytes` from src at src_offset to dst at dst_offset (then_barrier as fill's).
+  void copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset, std::size_t bytes,
+            bool then_barrier = true);
+  /// Compute and transfer writes before it made visible to compute and transfer after it.
+  void barrier();
   /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`.
   void mark(std::string label);
 
@@ -124,7 +128,6 @@ class Recorder {
                       std::uint64_t groups);
   friend class Device;
   Recorder(Device& d, vk::raii::CommandBuffer& cmd) : dev_(d), cmd_(cmd) {}
-  void barrier();
   Device& dev_;
   vk::raii::CommandBuffer& cmd_;
   std::vector<std::string> labels_;

@@ -80,22 +80,22 @@ void Recorder::fill(const Buffer& b, std::uint32_t word) {
   barrier();
 }
 
-void Recorder::fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes) {
+void Recorder::fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes, bool then_barrier) {
   if (offset + bytes > b.bytes || offset % 4 || bytes % 4)
     throw std::logic_error("fill of " + b.name + ": " + std::to_string(bytes) + " bytes at " + std::to_string(offset));
   if (bytes) cmd_.fillBuffer(*b.buffer, b.offset + offset, bytes, word);
-  barrier();
+  if (then_barrier) barrier();
 }
 
 void Recorder::copy(const Buffer& src, std::size_t src_offset, const Buffer& dst, std::size_t dst_offset,
-                    std::size_t bytes) {
+                    std::size_t bytes, bool then_barrier) {
   if (src_offset + bytes > src.bytes || dst_offset + bytes > dst.bytes)
     throw std::logic_error("copy of " + std::to_string(bytes) + " bytes from " + src.name + " to " + dst.name +
                            " runs past a buffer's end");
   if (bytes)
     cmd_.copyBuffer(*src.buffer, *dst.buffer,
                     vk::BufferCopy{.srcOffset = src.offset + src_offset, .dstOffset = dst.offset + dst_offset, .size = bytes});
-  barrier();
+  if (then_barrier) barrier();
 }
 
 void Recorder::mark(std::string label) {
