@@ -197,15 +197,38 @@ namespace {
 void reuse(Tensor& t, const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name) {
   if (t.empty() || t.shape() != shape) t = Tensor(ctx, std::move(shape), name);
 }
+// The host API's transfers: into the call's own submission (LayerImpl::host_up, host_down), or made
+// at once where Config::check_finite reads the inputs before the call's work.
+void upload(detail::LayerImpl& m, Tensor& t, std::span<const float> v) {
+  if (m.cfg.check_finite) {
+    t.upload(v);
+    return;
+  }
+  detail::expect_size(t.name().c_str(), v.size(), std::size_t(t.numel()), shape_str(t.shape()));
+  m.host_up.push_back({.buffer = detail::storage_of(t).buffer.get(), .up = std::as_bytes(v), .down = {}});
+}
+// v, filled with t's elements when the call's work is done (in its submission).
+void download_into(detail::LayerImpl& m, const Tensor& t, std::vector<float>& v) {
+  v.resize(std::size_t(t.numel()));
+  m.host_down.push_back({.buffer = detail::storage_of(t).buffer.get(), .up = {}, .down = std::as_writable_bytes(std::span(v))});
+}
+// Clears the host transfers of a call that threw before its work ran.
+struct ClearTransfers {
+  detail::LayerImpl& m;
+  ~ClearTransfers() {
+    m.host_up.clear();
+    m.host_down.clear();
+  }
+};
 /// An optional state: uploaded into t (reused when it has `shape`) where given, else t emptied.
-void upload_optional(Tensor& t, const std::shared_ptr<Context>& ctx, std::span<const float> v,
+void upload_optional(detail::LayerImpl& m, Tensor& t, const std::shared_ptr<Context>& ctx, std::span<const float> v,
                      std::vector<std::int64_t> shape, const char* name) {
   if (v.empty()) {
     t = Tensor();
     return;
   }
   reuse(t, ctx, std::move(shape), name);
-  t.upload(v);
+  upload(m, t, v);
 }
 }  // namespace
 
@@ -242,17 +265,23 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   reuse(dst->z, m.ctx, {B, T, m.cfg.value_dim()}, "z");
   reuse(dst->a, m.ctx, {B, T, m.cfg.nv}, "a");
   reuse(dst->b, m.ctx, {B, T, m.cfg.nv}, "b");
-  dst->qkv.upload(in.qkv);
-  dst->z.upload(in.z);
-  dst->a.upload(in.a);
-  dst->b.upload(in.b);
-  upload_optional(dst->h0, m.ctx, in.h0, m.state_shape(batch), "h0");
-  upload_optional(dst->conv_state, m.ctx, in.conv_state, m.conv_state_shape(batch), "conv_state");
+  const ClearTransfers clear{m};
+  upload(m, dst->qkv, in.qkv);
+  upload(m, dst->z, in.z);
+  upload(m, dst->a, in.a);
+  upload(m, dst->b, in.b);
+  upload_optional(m, dst->h0, m.ctx, in.h0, m.state_shape(batch), "h0");
+  upload_optional(m, dst->conv_state, m.ctx, in.conv_state, m.conv_state_shape(batch), "conv_state");
   reuse(m.host_out, m.ctx, {B, T, m.cfg.value_dim()}, "out");
+  std::vector<float> out;
+  download_into(m, m.host_out, out);
   DeviceCarry* dcarry = nullptr;
+  HostCarry got;
   if (carry) {
     reuse(m.host_carry.ht, m.ctx, m.state_shape(batch), "ht");
     reuse(m.host_carry.conv_state, m.ctx, m.conv_state_shape(batch), "conv_state out");
+    download_into(m, m.host_carry.ht, got.ht);
+    download_into(m, m.host_carry.conv_state, got.conv_state);
     dcarry = &m.host_carry;
   }
   if (tape) {
@@ -263,8 +292,8 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   } else {
     m.forward(*dst, m.host_out, nullptr, dcarry);
   }
-  if (carry) *carry = HostCarry{m.host_carry.ht.download(), m.host_carry.conv_state.download()};
-  return m.host_out.download();
+  if (carry) *carry = std::move(got);
+  return out;
 }
 
 HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const HostCarry* dcarry) {
@@ -285,11 +314,12 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
     detail::expect_size("dconv_state out", dcarry->conv_state.size(),
                         std::size_t(B) * (m.cfg.conv_taps - 1) * m.cfg.channels(),
                         "[B, K-1, C] = [" + b_ + std::to_string(m.cfg.conv_taps - 1) + ", " + std::to_string(m.cfg.channels()) + "]");
+  const ClearTransfers clear{m};
   reuse(m.host_dout, m.ctx, {B, T, m.cfg.value_dim()}, "dout");
-  m.host_dout.upload(dout);
-  upload_optional(m.host_dcarry.ht, m.ctx, dcarry ? std::span<const float>(dcarry->ht) : std::span<const float>(),
+  upload(m, m.host_dout, dout);
+  upload_optional(m, m.host_dcarry.ht, m.ctx, dcarry ? std::span<const float>(dcarry->ht) : std::span<const float>(),
                   m.state_shape(int(B)), "dht");
-  upload_optional(m.host_dcarry.conv_state, m.ctx,
+  upload_optional(m, m.host_dcarry.conv_state, m.ctx,
                   dcarry ? std::span<const float>(dcarry->conv_state) : std::span<const float>(),
                   m.conv_state_shape(int(B)), "dconv_state out");
   auto& g = m.host_grads;
@@ -300,10 +330,19 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
   reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(B)), "dconv_state");
   if (st->inputs.h0.empty()) g.dh0 = Tensor();
   else reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
+  if (m.cfg.param_grads) {
+    reuse(g.dconv, m.ctx, {m.cfg.channels(), m.cfg.conv_taps}, "dconv");
+    reuse(g.da_log, m.ctx, {m.cfg.nv}, "da_log");
+    reuse(g.ddt_bias, m.ctx, {m.cfg.nv}, "ddt_bias");
+    reuse(g.dnorm, m.ctx, {kHeadDim}, "dnorm");
+  }
+  HostGrads out;
+  for (auto [t, v] : {std::pair{&g.dqkv, &out.dqkv}, {&g.dz, &out.dz}, {&g.da, &out.da}, {&g.db, &out.db},
+                      {&g.dconv, &out.dconv}, {&g.da_log, &out.da_log}, {&g.ddt_bias, &out.ddt_bias},
+                      {&g.dnorm, &out.dnorm}, {&g.dh0, &out.dh0}, {&g.dconv_state, &out.dconv_state}})
+    if (!t->empty()) download_into(m, *t, *v);
   m.backward(tape, m.host_dout, g, &m.host_dcarry);
-  auto get = [](const Tensor& t) { return t.empty() ? std::vector<float>() : t.download(); };
-  return HostGrads{get(g.dqkv),  get(g.dz),     get(g.da),       get(g.db),    get(g.dconv),
-                   get(g.da_log), get(g.ddt_bias), get(g.dnorm), get(g.dh0), get(g.dconv_state)};
+  return out;
 }
 
 }  // namespace gdn

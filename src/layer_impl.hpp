@@ -226,6 +226,8 @@ struct LayerImpl {
   std::vector<std::shared_ptr<void>> recorded;
   std::vector<std::weak_ptr<void>> outstanding;  // the Recorded and Pending of this layer (expired once gone)
   bool submit_only = false;  // Layer::submit_*: submitted, not waited for
+  // The host API's transfers, made in the call's own submission (run)
+  std::vector<gpu::Device::Transfer> host_up, host_down;
   std::vector<std::unique_ptr<gpu::Device::Submission>> submitted;
 
   template <class Body>
@@ -240,7 +242,9 @@ struct LayerImpl {
       timings.clear();
       return;
     }
-    auto intervals = dev.run([&](gpu::Recorder& r) { body(r); }, profiling);
+    auto intervals = dev.run([&](gpu::Recorder& r) { body(r); }, profiling, host_up, host_down);
+    host_up.clear();
+    host_down.clear();
     timings.clear();
     if (!profiling) return;
     double total = 0;

@@ -460,17 +460,16 @@ std::unique_ptr<Buffer> Device::borrow_buffer(std::string name, VkBuffer buffer,
   return b;
 }
 
-struct Device::Staging {
-  vk::raii::Buffer buffer = nullptr;
-  vk::raii::DeviceMemory memory = nullptr;
-  void* map = nullptr;  // persistently mapped, host-coherent
-  std::size_t bytes = 0;
-};
 
 Device::Staging& Device::staging(std::size_t bytes) {
   bytes = std::min(bytes, kStagingChunk);
   if (staging_ && staging_->bytes >= bytes) return *staging_;
   staging_.reset();  // the old one goes before a larger one is allocated
+  staging_ = make_staging(bytes);
+  return *staging_;
+}
+
+std::unique_ptr<Device::Staging> Device::make_staging(std::size_t bytes) {
   auto st = std::make_unique<Staging>();
   st->buffer = vk::raii::Buffer(device_, {.size = bytes,
                                           .usage = vk::BufferUsageFlagBits::eTransferSrc |
@@ -483,8 +482,7 @@ Device::Staging& Device::staging(std::size_t bytes) {
   st->buffer.bindMemory(*st->memory, 0);
   st->map = st->memory.mapMemory(0, bytes);
   st->bytes = bytes;
-  staging_ = std::move(st);
-  return *staging_;
+  return st;
 }
 
 void Device::copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,

@@ -171,6 +171,16 @@ class Device {
   /// Records with `body`, submits, waits. With `timed`, returns the intervals between marks measured
   /// with GPU timestamp queries (the first interval starts at the beginning of the submission).
   std::vector<Interval> run(const std::function<void(Recorder&)>& body, bool timed = false);
+  /// A host transfer: `up` into `buffer` from its start, or its start into `down`.
+  struct Transfer {
+    const Buffer* buffer = nullptr;
+    std::span<const std::byte> up;
+    std::span<std::byte> down;
+  };
+  /// run() with host uploads before the work and downloads after it in the same submission (through
+  /// one staging buffer, up to kBatchedStaging in all; beyond, each staged on its own).
+  std::vector<Interval> run(const std::function<void(Recorder&)>& body, bool timed, std::span<const Transfer> uploads,
+                            std::span<const Transfer> downloads);
   /// Records with `body` into a caller's command buffer (in the recording state), between barriers
   /// that make compute and transfer writes before it visible to its dispatches and its writes to
   /// compute and transfer after it. Returns what the work reads at execution (its descriptor sets):
@@ -208,6 +218,7 @@ class Device {
   std::vector<vk::raii::DescriptorSet> allocate_set(vk::DescriptorSetLayout layout);
   struct Staging;
   Staging& staging(std::size_t bytes);  // the transfer buffer, grown to min(bytes, 64 MiB) on demand
+  std::unique_ptr<Staging> make_staging(std::size_t bytes);
   void copy(const vk::Buffer& src, const vk::Buffer& dst, std::size_t src_off, std::size_t dst_off,
             std::size_t bytes);
   std::uint32_t memory_type(std::uint32_t type_bits, vk::MemoryPropertyFlags want) const;
@@ -229,6 +240,7 @@ class Device {
   vk::raii::Device device_ = nullptr;
   Release device_release_;
   std::unique_ptr<Staging> staging_;  // after device_: destroyed before it
+  std::unique_ptr<Staging> batch_staging_;  // run()'s batched transfers (grown on demand), likewise
   vk::raii::Queue queue_ = nullptr;
   vk::raii::CommandPool command_pool_ = nullptr;
   vk::raii::CommandBuffer cmd_ = nullptr;
@@ -251,6 +263,13 @@ class Device {
   // that threads sharing a Context take turns (a buffer's destruction needs none: its count is atomic).
   std::recursive_mutex mutex_;
   std::function<void(std::string_view)> on_validation_error_;
+};
+
+struct Device::Staging {
+  vk::raii::Buffer buffer = nullptr;
+  vk::raii::DeviceMemory memory = nullptr;
+  void* map = nullptr;  // persistently mapped, host-coherent
+  std::size_t bytes = 0;
 };
 
 }  // namespace gdn::gpu

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "gdn/error.hpp"
 #include "vk/limits.hpp"
@@ -186,13 +188,44 @@ Device::Submission::~Submission() {
 }
 
 std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed) {
+  return run(body, timed, {}, {});
+}
+
+std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bool timed,
+                                  std::span<const Transfer> uploads, std::span<const Transfer> downloads) {
   const std::lock_guard lock(mutex_);
+  // the staging layout: each transfer at a 16-byte aligned offset
+  std::size_t total = 0;
+  std::vector<std::size_t> at_up, at_down;
+  for (const auto& t : uploads) at_up.push_back(std::exchange(total, (total + t.up.size() + 15) / 16 * 16));
+  for (const auto& t : downloads) at_down.push_back(std::exchange(total, (total + t.down.size() + 15) / 16 * 16));
+  for (const auto& t : uploads)
+    if (t.up.size() > t.buffer->bytes) throw std::out_of_range("upload overruns buffer '" + t.buffer->name + "'");
+  for (const auto& t : downloads)
+    if (t.down.size() > t.buffer->bytes) throw std::out_of_range("download overruns buffer '" + t.buffer->name + "'");
+  if (total > kBatchedStaging) {  // staged apart, each on its own
+    for (const auto& t : uploads) upload(*t.buffer, t.up);
+    auto out = run(body, timed, {}, {});
+    for (const auto& t : downloads) download(*t.buffer, t.down);
+    return out;
+  }
+  if (total > 0 && (!batch_staging_ || batch_staging_->bytes < total)) {
+    batch_staging_.reset();
+    batch_staging_ = make_staging(total);
+  }
+  for (std::size_t i = 0; i < uploads.size(); ++i)
+    std::memcpy(static_cast<std::byte*>(batch_staging_->map) + at_up[i], uploads[i].up.data(), uploads[i].up.size());
   if (timed && !*query_pool_) throw Error("device '" + info_.name + "' has no timestamp queries on its compute queue");
   Recorder rec(*this, cmd_);
   std::vector<Interval> out;
   try {
     cmd_.reset();
     cmd_.begin({.flags = vk::CommandBufferUsageFlagBits::eOneTimeSubmit});
+    for (std::size_t i = 0; i < uploads.size(); ++i)
+      if (!uploads[i].up.empty())
+        cmd_.copyBuffer(*batch_staging_->buffer, *uploads[i].buffer->buffer,
+                        vk::BufferCopy{.srcOffset = at_up[i], .dstOffset = uploads[i].buffer->offset,
+                                       .size = uploads[i].up.size()});
     timing_ = timed;
     timestamps_used_ = 0;
     if (timed) {
@@ -201,12 +234,25 @@ std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bo
     }
     rec.barrier();  // after work submitted before without waiting (Device::submit)
     body(rec);
+    if (!downloads.empty()) rec.barrier();
+    for (std::size_t i = 0; i < downloads.size(); ++i)
+      if (!downloads[i].down.empty())
+        cmd_.copyBuffer(*downloads[i].buffer->buffer, *batch_staging_->buffer,
+                        vk::BufferCopy{.srcOffset = downloads[i].buffer->offset, .dstOffset = at_down[i],
+                                       .size = downloads[i].down.size()});
+    if (!downloads.empty()) {  // the copies, visible to the host's reads of the mapped staging memory
+      vk::MemoryBarrier mb{.srcAccessMask = vk::AccessFlagBits::eTransferWrite, .dstAccessMask = vk::AccessFlagBits::eHostRead};
+      cmd_.pipelineBarrier(vk::PipelineStageFlagBits::eTransfer, vk::PipelineStageFlagBits::eHost, {}, mb, {}, {});
+    }
     cmd_.end();
     vk::CommandBuffer raw = *cmd_;
     queue_.submit(vk::SubmitInfo{.commandBufferCount = 1, .pCommandBuffers = &raw}, *fence_);
     if (device_.waitForFences(*fence_, VK_TRUE, UINT64_MAX) != vk::Result::eSuccess)
       throw Error("GPU work did not finish");
     device_.resetFences(*fence_);
+    for (std::size_t i = 0; i < downloads.size(); ++i)
+      std::memcpy(downloads[i].down.data(), static_cast<const std::byte*>(batch_staging_->map) + at_down[i],
+                  downloads[i].down.size());
     if (timed && timestamps_used_ > 1) {
       const auto [result, ts] = query_pool_.getResults<std::uint64_t>(
           0, timestamps_used_, std::size_t(timestamps_used_) * 8, 8,
