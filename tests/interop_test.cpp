@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "test_copy.hpp"  // the test's own compute shader (tests/shaders/copy.comp)
 #include "test_support.hpp"
 
 namespace gdn::test {
@@ -198,9 +199,99 @@ TEST_F(DeviceTest, RunsOnTheCallersDeviceAndBuffers) {
   }
 }
 
-// The layer recorded into the caller's command buffer between two pieces of the caller's own work (a
-// copy of qkv into place before, a copy of out elsewhere after), submitted once by the caller: the
-// blocking API's results, bitwise.
+// The caller's own compute pipeline: tests/shaders/copy.comp over its whole buffer (binding 0).
+struct CallerCopy {
+  VkDevice device;
+  VkShaderModule module = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  VkDescriptorPool pool = VK_NULL_HANDLE;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  struct Push {
+    std::uint32_t src, dst, n;
+  };
+
+  CallerCopy(VkDevice d, VkBuffer buffer) : device(d) {
+    VkShaderModuleCreateInfo smci{};
+    smci.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+    smci.codeSize = spirv::test_copy.size() * 4;
+    smci.pCode = spirv::test_copy.data();
+    check(vkCreateShaderModule(device, &smci, nullptr, &module), "vkCreateShaderModule");
+    VkDescriptorSetLayoutBinding binding{};
+    binding.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    binding.descriptorCount = 1;
+    binding.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    VkDescriptorSetLayoutCreateInfo dslci{};
+    dslci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO;
+    dslci.bindingCount = 1;
+    dslci.pBindings = &binding;
+    check(vkCreateDescriptorSetLayout(device, &dslci, nullptr, &set_layout), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(Push)};
+    VkPipelineLayoutCreateInfo plci{};
+    plci.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+    plci.setLayoutCount = 1;
+    plci.pSetLayouts = &set_layout;
+    plci.pushConstantRangeCount = 1;
+    plci.pPushConstantRanges = &range;
+    check(vkCreatePipelineLayout(device, &plci, nullptr, &layout), "vkCreatePipelineLayout");
+    VkComputePipelineCreateInfo cpci{};
+    cpci.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+    cpci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    cpci.stage.module = module;
+    cpci.stage.pName = "main";
+    cpci.layout = layout;
+    check(vkCreateComputePipelines(device, VK_NULL_HANDLE, 1, &cpci, nullptr, &pipeline), "vkCreateComputePipelines");
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1};
+    VkDescriptorPoolCreateInfo dpci{};
+    dpci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+    dpci.maxSets = 1;
+    dpci.poolSizeCount = 1;
+    dpci.pPoolSizes = &size;
+    check(vkCreateDescriptorPool(device, &dpci, nullptr, &pool), "vkCreateDescriptorPool");
+    VkDescriptorSetAllocateInfo dsai{};
+    dsai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+    dsai.descriptorPool = pool;
+    dsai.descriptorSetCount = 1;
+    dsai.pSetLayouts = &set_layout;
+    check(vkAllocateDescriptorSets(device, &dsai, &set), "vkAllocateDescriptorSets");
+    VkDescriptorBufferInfo info{buffer, 0, VK_WHOLE_SIZE};
+    VkWriteDescriptorSet w{};
+    w.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    w.dstSet = set;
+    w.descriptorCount = 1;
+    w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    w.pBufferInfo = &info;
+    vkUpdateDescriptorSets(device, 1, &w, 0, nullptr);
+  }
+  // Records floats [src, src + n) copied to [dst, dst + n), after a barrier ordering it behind the
+  // command buffer's earlier compute and transfer writes.
+  void record(VkCommandBuffer cmd, std::size_t src_byte, std::size_t dst_byte, std::size_t bytes) const {
+    VkMemoryBarrier mb{};
+    mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
+    vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &set, 0, nullptr);
+    const Push p{std::uint32_t(src_byte / 4), std::uint32_t(dst_byte / 4), std::uint32_t(bytes / 4)};
+    vkCmdPushConstants(cmd, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(p), &p);
+    vkCmdDispatch(cmd, (p.n + 63) / 64, 1, 1);
+  }
+  ~CallerCopy() {
+    vkDestroyDescriptorPool(device, pool, nullptr);
+    vkDestroyPipeline(device, pipeline, nullptr);
+    vkDestroyPipelineLayout(device, layout, nullptr);
+    vkDestroyDescriptorSetLayout(device, set_layout, nullptr);
+    vkDestroyShaderModule(device, module, nullptr);
+  }
+};
+
+// The layer recorded into the caller's command buffer between two compute dispatches of the caller's
+// own (a copy of qkv into place before, a copy of out elsewhere after), submitted once by the
+// caller: the blocking API's results, bitwise.
 TEST_F(DeviceTest, RecordsIntoTheCallersCommandBuffer) {
   const Config cfg{.nv = 4, .nk = 2, .conv_taps = 4};
   const int B = 2, T = 19;
@@ -260,11 +351,11 @@ TEST_F(DeviceTest, RecordsIntoTheCallersCommandBuffer) {
     VkCommandBufferBeginInfo bi{};
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     check(vkBeginCommandBuffer(cmd, &bi), "vkBeginCommandBuffer");
-    const VkBufferCopy before{at_staged, at_qkv, qkv_bytes}, after{at_out, at_copy, out_bytes};
-    vkCmdCopyBuffer(cmd, vk.buffer, vk.buffer, 1, &before);  // the caller's work before
+    const CallerCopy copy(vk.device, vk.buffer);
+    copy.record(cmd, at_staged, at_qkv, qkv_bytes);  // the caller's work before
     Recorded f = layer.record_forward(cmd, in, out, &tape);
     Recorded b = layer.record_backward(cmd, tape, dout, g);
-    vkCmdCopyBuffer(cmd, vk.buffer, vk.buffer, 1, &after);  // and after
+    copy.record(cmd, at_out, at_copy, out_bytes);  // and after
     check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     // nothing ran yet: the outputs gdn allocated hold no results
     EXPECT_NE(out.download(), want_out);
