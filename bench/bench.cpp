@@ -126,7 +126,8 @@ std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--repeats N] [--warmup N]\n"
          "          [--states] [--no-param-grads] [--json FILE]\n"
-         "  Defaults: the 27B student's shape (B 8, T 512, nv 48, nk 16, K 4) on a GPU;\n"
+         "  Defaults: B 8 windows of T 512 tokens, nv 48 value heads, nk 16 key heads, K 4 conv taps (a\n"
+         "  27B model's layer) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
          "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n"
          "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n"
@@ -151,7 +152,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     auto ctx = Context::create();
     const auto& dev = ctx->device();
     const bool cpu = dev.type == "cpu";
-    // Shape: the 27B student's on a GPU; something that finishes in seconds on a CPU driver.
+    // Shape: a 27B model's layer on a GPU; something that finishes in seconds on a CPU driver.
     const bool default_shape = o.B == 0 && o.T == 0 && o.nv == 0 && o.nk == 0;
     if (o.B == 0) o.B = cpu ? 1 : 8;
     if (o.T == 0) o.T = cpu ? 64 : 512;

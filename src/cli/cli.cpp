@@ -588,7 +588,7 @@ std::string usage() {
              "commands:\n"
              "  info     the Vulkan devices, the chosen one, its limits and the kernel variant that runs\n"
              "  run      the layer on .npy files (forward; --backward for the gradients)\n"
-             "  bench    time the layer at the 27B shape\n"
+             "  bench    time the layer (default: a 27B model's shape, B 8 x T 512)\n"
              "  help     this text (also -h, --help; `gdn <command> --help` for one command)\n"
              "\n"
              "environment: GDN_DEVICE=<index or name substring> picks the device, GDN_VALIDATE=1 turns on\n"
