@@ -49,7 +49,11 @@ SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {
   }
   if (!info.subgroup_size_control)
     return {0, "subgroup sizes vary (" + std::to_string(info.min_subgroup_size) + " to " +
-                   std::to_string(info.max_subgroup_size) + ") and the device cannot fix one per pipeline"};
+                   std::to_string(info.max_subgroup_size) + ") and " +
+                   (std::ranges::count(info.not_enabled, "subgroupSizeControl")
+                        ? "the adopted device was created without subgroupSizeControl and computeFullSubgroups "
+                          "(Context::requirements lists them)"
+                        : "the device cannot fix one per pipeline")};
   for (std::uint32_t s : {32u, 64u, 16u, 8u})  // 32: four columns per subgroup, the layout tuned for
     if (usable(s) && s >= info.min_subgroup_size && s <= info.max_subgroup_size) return {s, ""};
   return {0, "no subgroup size of 8, 16, 32 or 64 in the device's range"};

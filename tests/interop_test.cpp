@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <vulkan/vulkan.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -176,6 +177,7 @@ TEST_F(DeviceTest, RunsOnTheCallersDeviceAndBuffers) {
       EXPECT_EQ(t[3].vk_offset(), offsets[3]);
       EXPECT_EQ(t[3].vk_buffer(), reinterpret_cast<std::uint64_t>(vk.buffer));
       EXPECT_EQ(ctx->allocated_bytes(), 0u);  // nothing of the caller's is counted as gdn's
+      EXPECT_TRUE(ctx->device().not_enabled.empty());  // it enabled all that gdn listed
       t[0].upload(x.qkv);
       t[1].upload(x.z);
       t[2].upload(x.a);
@@ -432,6 +434,27 @@ TEST_F(DeviceTest, SubmitsWithoutWaiting) {
   DeviceGrads g2;
   layer.backward(tape2, dout, g2);
   EXPECT_EQ(g2.dqkv.download(), want.dqkv);
+}
+
+// A feature the device has but the caller did not enable is off, and said to be: a family needing
+// it names it.
+TEST_F(DeviceTest, AdoptedDeviceWithoutAFeatureSaysWhich) {
+  CallerVulkan vk(256);
+  if (!vk.size_control && !vk.matrix) GTEST_SKIP() << "the device lists no optional feature";
+  {
+    auto ctx = Context::adopt({.instance = vk.instance, .physical_device = vk.physical, .device = vk.device,
+                               .queue_family = vk.family, .queue_index = 0});
+    const auto& off = ctx->device().not_enabled;
+    if (vk.size_control) EXPECT_NE(std::find(off.begin(), off.end(), "subgroupSizeControl"), off.end());
+    if (vk.matrix) {
+      EXPECT_NE(std::find(off.begin(), off.end(), "cooperativeMatrix"), off.end());
+      const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .variant = Variant::Chunked};
+      bool said = false;
+      for (const auto& f : family_support(*ctx, cfg))
+        said |= f.why_not.find("cooperativeMatrix") != std::string::npos;
+      EXPECT_TRUE(said);
+    }
+  }
 }
 
 TEST_F(DeviceTest, AdoptRefusesMissingHandles) {

@@ -30,6 +30,9 @@ struct DeviceInfo {
   std::uint32_t max_storage_buffers_per_stage = 0;  // maxPerStageDescriptorStorageBuffers
   double timestamp_period_ns = 0;    // 0: no timestamps on the compute queue
   std::vector<std::uint64_t> device_local_heaps;  // bytes per device-local heap
+  /// An adopted device (Context::adopt): the features gdn uses that the device has but was created
+  /// without (ExternalDevice), as they are then off: "subgroupSizeControl", "cooperativeMatrix".
+  std::vector<std::string> not_enabled = {};
 };
 
 }  // namespace gdn

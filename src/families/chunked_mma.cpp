@@ -5,6 +5,8 @@
 // backward fused in), chunk_factors (each chunk's 16 x 16 factors) and chunk_pair_bwd_mma (every
 // pair of chunks' gradients), then qk_bwd2 and a conv backward that makes dv from Yv. Its numerics
 // (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl.
+#include <algorithm>
+
 #include "families/family.hpp"
 
 namespace gdn::detail {
@@ -181,7 +183,11 @@ class ChunkedMatrix final : public Family {
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {
   if (!cfg.matrix_units) return "Config::matrix_units is off";
   if (auto w = workgroup_why_not(info); !w.empty()) return w;
-  if (!info.matrix_f16_16x16x16) return "the device has no 16x16x16 fp16 cooperative matrix (VK_NV_cooperative_matrix)";
+  if (!info.matrix_f16_16x16x16)
+    return std::ranges::count(info.not_enabled, "cooperativeMatrix")
+               ? "the adopted device was created without VK_NV_cooperative_matrix's cooperativeMatrix and shaderFloat16 "
+                 "(Context::requirements lists them)"
+               : "the device has no 16x16x16 fp16 cooperative matrix (VK_NV_cooperative_matrix)";
   if (std::uint32_t(cs) != kChunk) return "they take chunks of 16 tokens, the checkpoint interval is " + std::to_string(cs);
   const bool sg32 = info.subgroup_size_control ? info.min_subgroup_size <= 32 && 32 <= info.max_subgroup_size
                                                : info.subgroup_size == 32;

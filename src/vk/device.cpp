@@ -345,6 +345,8 @@ void Device::adopt(const DeviceOptions::External& x) {
       throw std::invalid_argument("ExternalDevice: queue " + std::to_string(x.queue_index) + " of family " +
                                   std::to_string(x.queue_family) + " is not a compute queue of device '" + info_.name + "'");
     // What the caller enabled decides what runs: a feature it left off is as if the device lacked it.
+    if (info_.subgroup_size_control && !x.subgroup_size_control) info_.not_enabled.push_back("subgroupSizeControl");
+    if (info_.matrix_f16_16x16x16 && !x.cooperative_matrix) info_.not_enabled.push_back("cooperativeMatrix");
     info_.subgroup_size_control = info_.subgroup_size_control && x.subgroup_size_control;
     info_.matrix_f16_16x16x16 = info_.matrix_f16_16x16x16 && x.cooperative_matrix;
     queue_family_ = x.queue_family;
