@@ -63,6 +63,7 @@ std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg)
       const std::string why = e.why_not(info, cfg, cs);
       if (e.matrix_units) {
         s.matrix_units = why.empty();
+        s.matrix_units_why_not = why;
         continue;
       }
       s.checkpoint_interval = cs;

@@ -451,7 +451,7 @@ TEST_F(DeviceTest, AdoptedDeviceWithoutAFeatureSaysWhich) {
       const Config cfg{.nv = 2, .nk = 1, .conv_taps = 4, .variant = Variant::Chunked};
       bool said = false;
       for (const auto& f : family_support(*ctx, cfg))
-        said |= f.why_not.find("cooperativeMatrix") != std::string::npos;
+        said |= f.matrix_units_why_not.find("cooperativeMatrix") != std::string::npos;
       EXPECT_TRUE(said);
     }
   }

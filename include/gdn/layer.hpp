@@ -78,6 +78,8 @@ struct FamilySupport {
   bool matrix_units = false;  // the chunked family: on the matrix units (Config::matrix_units permitting)
   int checkpoint_interval = 0;  // the interval it would take (the config's, or the family's default)
   std::string why_not;          // empty where it runs
+  std::string matrix_units_why_not;  // the chunked family: why not on the matrix units (empty where it
+                                     // runs there, and for the other families)
 };
 /// The families in the order Variant::Auto tries them (chunked, subgroup, per-head): Auto runs the
 /// first that runs. Throws std::invalid_argument for a config out of bounds (Config::check).

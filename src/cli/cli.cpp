@@ -167,9 +167,14 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   out << "kernel variants:\n";
   const auto families = family_support(*ctx, Config{});
   for (const auto& f : families)
-    row(std::string(to_string(f.variant))) << (f.runs ? std::string("available") + (f.matrix_units ? " (matrix units)" : "")
-                                                       : "unavailable: " + f.why_not)
-                                           << '\n';
+    row(std::string(to_string(f.variant)))
+        << (f.runs ? std::string("available") +
+                         (f.matrix_units              ? " (matrix units)"
+                          : f.matrix_units_why_not.empty() ? ""
+                                                           : " on CUDA cores (not on the matrix units: " +
+                                                                 f.matrix_units_why_not + ")")
+                   : "unavailable: " + f.why_not)
+        << '\n';
   for (const auto& f : families)
     if (f.runs) {
       row("auto runs") << to_string(f.variant) << (f.matrix_units ? " (matrix units)" : "") << '\n';
