@@ -31,6 +31,7 @@ struct Options {
   bool matrix_units = true;
   bool states = false;       // --states
   bool param_grads = true;   // --no-param-grads: false
+  bool bf16 = false;         // --bf16
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
   std::string json;
@@ -62,6 +63,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--no-matrix") o.matrix_units = false;
     else if (a == "--states") o.states = true;
     else if (a == "--no-param-grads") o.param_grads = false;
+    else if (a == "--bf16") o.bf16 = true;
     else if (a == "--repeats") o.repeats = parse_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
     else if (a == "--json") o.json = value();
@@ -85,8 +87,8 @@ std::vector<float> uniform(std::size_t n, std::uint64_t seed) {
 }
 
 Tensor random_tensor(const std::shared_ptr<Context>& ctx, std::vector<std::int64_t> shape, const char* name,
-                     std::uint64_t seed, float scale = 1.0f, float shift = 0.0f) {
-  Tensor t(ctx, std::move(shape), name);
+                     std::uint64_t seed, float scale = 1.0f, float shift = 0.0f, DType dtype = DType::Float32) {
+  Tensor t(ctx, std::move(shape), name, dtype);
   auto v = uniform(std::size_t(t.numel()), seed);
   for (auto& x : v) x = shift + scale * x;
   t.upload(v);
@@ -125,7 +127,7 @@ std::string gib(std::size_t b) {
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--repeats N] [--warmup N]\n"
-         "          [--states] [--no-param-grads] [--json FILE]\n"
+         "          [--states] [--no-param-grads] [--bf16] [--json FILE]\n"
          "  Defaults: B 8 windows of T 512 tokens, nv 48 value heads, nk 16 key heads, K 4 conv taps (a\n"
          "  27B model's layer) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
@@ -133,7 +135,8 @@ std::string usage() {
          "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n"
          "  --states: every call carries state: h0 and conv_state in, ht and the conv state out, and their\n"
          "    gradients through the backward.\n"
-         "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n";
+         "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n"
+         "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -179,10 +182,12 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     const DevicePeaks peaks = measure_peaks(*ctx);
 
     const std::int64_t B = o.B, T = o.T;
-    DeviceInputs in{random_tensor(ctx, {B, T, cfg.channels()}, "qkv", 10),
-                    random_tensor(ctx, {B, T, cfg.value_dim()}, "z", 11),
-                    random_tensor(ctx, {B, T, cfg.nv}, "a", 12), random_tensor(ctx, {B, T, cfg.nv}, "b", 13)};
-    const Tensor dout = random_tensor(ctx, {B, T, cfg.value_dim()}, "dout", 14);
+    const DType bd = o.bf16 ? DType::BFloat16 : DType::Float32;  // the boundary streams'
+    DeviceInputs in{random_tensor(ctx, {B, T, cfg.channels()}, "qkv", 10, 1, 0, bd),
+                    random_tensor(ctx, {B, T, cfg.value_dim()}, "z", 11, 1, 0, bd),
+                    random_tensor(ctx, {B, T, cfg.nv}, "a", 12, 1, 0, bd),
+                    random_tensor(ctx, {B, T, cfg.nv}, "b", 13, 1, 0, bd)};
+    const Tensor dout = random_tensor(ctx, {B, T, cfg.value_dim()}, "dout", 14, 1, 0, bd);
     Tensor y;
     Tape tape;
     DeviceGrads grads;
@@ -194,7 +199,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
                 random_tensor(ctx, {B, cfg.conv_taps - 1, cfg.channels()}, "dconv_state out", 18)};
     }
 
-    const double BT = double(B) * double(T), F = 4.0, D2 = double(kHeadDim) * kHeadDim;
+    const double BT = double(B) * double(T), F = o.bf16 ? 2.0 : 4.0, D2 = double(kHeadDim) * kHeadDim;
     const double in_bytes = F * BT * (cfg.channels() + cfg.value_dim() + 2.0 * cfg.nv);
     std::vector<Pass> passes(3);
     passes[0] = {.name = "forward (no tape)", .bytes = in_bytes + F * BT * cfg.value_dim(), .flops = 7 * D2 * BT * cfg.nv};
@@ -229,6 +234,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
         << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "")
         << (o.states ? "; states carried in and out" : "") << (o.param_grads ? "" : "; no parameter gradients")
+        << (o.bf16 ? "; bfloat16 boundary tensors" : "")
         << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";

@@ -101,25 +101,36 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const std::st
 }
 }  // namespace
 
-Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, std::string name) {
+const char* to_string(DType d) { return d == DType::BFloat16 ? "bfloat16" : "float32"; }
+
+namespace {
+// Device bytes of n elements of d: bfloat16 pairs are 4-byte words (the kernels' unit).
+std::size_t storage_bytes(std::int64_t n, DType d) {
+  return d == DType::BFloat16 ? (std::size_t(n) * 2 + 3) / 4 * 4 : std::size_t(n) * 4;
+}
+}  // namespace
+
+Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, std::string name, DType dtype) {
   if (!ctx) throw std::invalid_argument("tensor '" + name + "': no context");
   const std::int64_t n = checked_numel(shape, name);
   auto st = std::make_shared<detail::TensorStorage>();
   st->ctx = std::move(ctx);
   st->shape = std::move(shape);
-  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), std::size_t(n) * sizeof(float));
+  st->dtype = dtype;
+  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), storage_bytes(n, dtype));
   storage_ = std::move(st);
 }
 
 Tensor Tensor::wrap(std::shared_ptr<Context> ctx, std::uint64_t vk_buffer, std::size_t offset,
-                    std::vector<std::int64_t> shape, std::string name) {
+                    std::vector<std::int64_t> shape, std::string name, DType dtype) {
   if (!ctx) throw std::invalid_argument("tensor '" + name + "': no context");
   const std::int64_t n = checked_numel(shape, name);
   auto st = std::make_shared<detail::TensorStorage>();
   st->ctx = std::move(ctx);
   st->shape = std::move(shape);
+  st->dtype = dtype;
   st->buffer = detail::device_of(*st->ctx).borrow_buffer(std::move(name), reinterpret_cast<VkBuffer>(vk_buffer), offset,
-                                                          std::size_t(n) * sizeof(float));
+                                                          storage_bytes(n, dtype));
   Tensor t;
   t.storage_ = std::move(st);
   return t;
@@ -140,25 +151,67 @@ const std::string& Tensor::name() const {
   return storage_ ? storage_->buffer->name : none;
 }
 
+DType Tensor::dtype() const { return storage_ ? storage_->dtype : DType::Float32; }
+std::size_t Tensor::bytes() const { return storage_ ? storage_->buffer->bytes : 0; }
+
+namespace {
+void expect_count(const Tensor& t, std::size_t got, const char* what) {
+  if (std::int64_t(got) != t.numel())
+    throw std::invalid_argument("tensor '" + t.name() + "' " + shape_str(t.shape()) + " holds " +
+                                std::to_string(t.numel()) + " elements; " + what + " has " + std::to_string(got));
+}
+void expect_dtype(const Tensor& t, DType want, const char* call) {
+  if (t.dtype() != want)
+    throw std::invalid_argument(std::string(call) + ": tensor '" + t.name() + "' is " + to_string(t.dtype()) +
+                                ", expected " + to_string(want));
+}
+}  // namespace
+
 void Tensor::upload(std::span<const float> data) {
   if (!storage_) throw std::invalid_argument("upload into an empty tensor");
-  if (std::int64_t(data.size()) != numel())
-    throw std::invalid_argument("tensor '" + name() + "' " + shape_str(shape()) + " holds " + std::to_string(numel()) +
-                                " floats; upload has " + std::to_string(data.size()));
-  detail::device_of(*storage_->ctx).upload(*storage_->buffer, std::as_bytes(data));
+  expect_count(*this, data.size(), "upload");
+  auto& dev = detail::device_of(*storage_->ctx);
+  if (dtype() == DType::Float32) {
+    dev.upload(*storage_->buffer, std::as_bytes(data));
+    return;
+  }
+  std::vector<std::uint16_t> bits(data.size());
+  for (std::size_t i = 0; i < data.size(); ++i) bits[i] = to_bfloat16(data[i]);
+  dev.upload(*storage_->buffer, std::as_bytes(std::span(bits)));
+}
+
+void Tensor::upload_bf16(std::span<const std::uint16_t> bits) {
+  if (!storage_) throw std::invalid_argument("upload_bf16 into an empty tensor");
+  expect_dtype(*this, DType::BFloat16, "upload_bf16");
+  expect_count(*this, bits.size(), "upload_bf16");
+  detail::device_of(*storage_->ctx).upload(*storage_->buffer, std::as_bytes(bits));
 }
 
 std::vector<float> Tensor::download() const {
   if (!storage_) throw std::invalid_argument("download from an empty tensor");
   std::vector<float> out(static_cast<std::size_t>(numel()));
-  detail::device_of(*storage_->ctx).download(*storage_->buffer, std::as_writable_bytes(std::span(out)));
+  if (dtype() == DType::Float32) {
+    detail::device_of(*storage_->ctx).download(*storage_->buffer, std::as_writable_bytes(std::span(out)));
+    return out;
+  }
+  const std::vector<std::uint16_t> bits = download_bf16();
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = from_bfloat16(bits[i]);
   return out;
+}
+
+std::vector<std::uint16_t> Tensor::download_bf16() const {
+  if (!storage_) throw std::invalid_argument("download_bf16 from an empty tensor");
+  expect_dtype(*this, DType::BFloat16, "download_bf16");
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(numel()));
+  detail::device_of(*storage_->ctx).download(*storage_->buffer, std::as_writable_bytes(std::span(bits)));
+  return bits;
 }
 
 void Tensor::fill(float value) {
   if (!storage_) throw std::invalid_argument("fill of an empty tensor");
   std::uint32_t word;
   std::memcpy(&word, &value, 4);
+  if (dtype() == DType::BFloat16) word = std::uint32_t(to_bfloat16(value)) * 0x10001u;  // both halves
   const auto& buf = *storage_->buffer;
   detail::device_of(*storage_->ctx).run([&](gpu::Recorder& r) { r.fill(buf, word); });
 }

@@ -20,6 +20,7 @@ struct ContextImpl {
 struct TensorStorage {
   std::shared_ptr<Context> ctx;  // keeps the device alive as long as the buffer
   std::vector<std::int64_t> shape;
+  DType dtype = DType::Float32;
   std::unique_ptr<gpu::Buffer> buffer;
 };
 

@@ -38,6 +38,10 @@ CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
           .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps})};
 }
 
+CastKernels build_casts(gpu::Device& dev) {
+  return {.to_f32 = make_pipeline<bindings::to_f32>(dev), .to_bf16 = make_pipeline<bindings::to_bf16>(dev)};
+}
+
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {
   if (!info.subgroup_shuffle)
     return {0, "the device has no subgroup shuffle and arithmetic operations in compute shaders"};

@@ -32,7 +32,8 @@ struct Push {
   std::uint32_t nseg = 0;   // ceil(T / cs)
   std::uint32_t keep = 0;   // record the tape
   std::uint32_t flags = 0;  // the carried states a call has (kState*)
-  std::uint32_t pad1 = 0, pad2 = 0;
+  std::uint32_t n = 0;      // elements of a cast (to_f32, to_bf16)
+  std::uint32_t pad2 = 0;
   float eps = 0;            // rms_eps
   float fpad0 = 0, fpad1 = 0, fpad2 = 0;
 };
@@ -70,6 +71,12 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
 struct CommonKernels {
   std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum;
 };
+/// The casts of bfloat16 boundary tensors (shaders/common/to_f32.comp, to_bf16.comp), which the layer
+/// records around a family's passes (the families read and write float32).
+struct CastKernels {
+  std::shared_ptr<gpu::Pipeline> to_f32, to_bf16;
+};
+CastKernels build_casts(gpu::Device& dev);
 /// The conv kernels are specialised for `conv_taps` taps.
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).

@@ -24,7 +24,7 @@ std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   if (state_->owns_inputs)
     for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b,
                             &state_->inputs.h0, &state_->inputs.conv_state})
-      if (!t->empty()) out.emplace_back(t->name(), std::size_t(t->numel()) * sizeof(float));
+      if (!t->empty()) out.emplace_back(t->name(), t->bytes());
   return out;
 }
 
@@ -70,8 +70,9 @@ std::size_t Layer::workspace_bytes() const {
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db, &m.host_in.h0, &m.host_in.conv_state,
                           &m.host_carry.ht, &m.host_carry.conv_state, &m.host_dcarry.ht, &m.host_dcarry.conv_state,
-                          &m.host_grads.dh0, &m.host_grads.dconv_state})
-    n += std::size_t(t->numel()) * sizeof(float);
+                          &m.host_grads.dh0, &m.host_grads.dconv_state, &m.f32.qkv, &m.f32.z, &m.f32.a,
+                          &m.f32.b, &m.f32.out, &m.f32.dout, &m.f32.dqkv, &m.f32.dz, &m.f32.da, &m.f32.db})
+    n += t->bytes();
   return n;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 
@@ -35,6 +36,14 @@ inline void expect_shape(const char* tensor, const Tensor& t, std::vector<std::i
   if (t.empty()) throw std::invalid_argument(std::string(tensor) + " is an empty tensor, expected " + shape_str(want));
   if (t.shape() != want)
     throw std::invalid_argument(std::string(tensor) + " is " + shape_str(t.shape()) + ", expected " + shape_str(want));
+}
+
+// Parameters, states and their gradients are float32 (only the boundary streams may be bfloat16).
+inline void expect_f32(const char* tensor, const Tensor& t) {
+  if (!t.empty() && t.dtype() != DType::Float32)
+    throw std::invalid_argument(std::string(tensor) + " ('" + t.name() + "') is " + to_string(t.dtype()) +
+                                ", expected float32 (states, parameters and their gradients are float32; qkv, z, "
+                                "a, b, out, dout and their gradients may be bfloat16)");
 }
 
 
@@ -125,18 +134,73 @@ struct LayerImpl {
   template <class Decls>
   void ensure(BufferSet& f, int B, int T, bool keep, Decls&& decls) {
     if (f.B == B && f.T == T && f.keep == keep && (!f.empty() || f.made)) return;
-    // recorded work not yet released may read the old buffers
-    for (const auto& w : outstanding)
-      if (!w.expired() && !f.empty())
-        throw Error("layer: a call of another shape (B " + std::to_string(B) + ", T " + std::to_string(T) +
-                    ") would free buffers that recorded work of this layer still uses; destroy its gdn::Recorded "
-                    "(after its command buffer has completed) first");
+    if (!f.empty()) refuse_if_outstanding(B, T);
     f = BufferSet{};  // frees the old buffers before allocating the new ones
     for (const auto& d : decls()) f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
     f.B = B;
     f.T = T;
     f.keep = keep;
     f.made = true;
+  }
+
+  // Recorded or submitted work not yet released may read buffers that a call of another shape would free.
+  void refuse_if_outstanding(std::int64_t B, std::int64_t T) const {
+    for (const auto& w : outstanding)
+      if (!w.expired())
+        throw Error("layer: a call of another shape (B " + std::to_string(B) + ", T " + std::to_string(T) +
+                    ") would free buffers that recorded work of this layer still uses; destroy its gdn::Recorded "
+                    "(after its command buffer has completed) first");
+  }
+
+  // ---- bfloat16 boundary tensors ----
+  // The families read and write float32: a bfloat16 input is widened into a float32 stand-in before
+  // their passes and a bfloat16 output is stored from one after them (shaders/common/to_f32.comp,
+  // to_bf16.comp). The stand-ins are kept between calls of one shape.
+  struct StandIns {
+    Tensor qkv, z, a, b, out, dout, dqkv, dz, da, db;
+  };
+  StandIns f32;
+  std::optional<CastKernels> casts;  // built at the first bfloat16 call
+
+  // t where it is float32 (or empty), else `slot`: a float32 tensor of t's shape.
+  const Tensor& f32_of(const Tensor& t, Tensor& slot) {
+    if (t.empty() || t.dtype() == DType::Float32) return t;
+    if (slot.empty() || slot.shape() != t.shape()) {
+      if (!slot.empty()) refuse_if_outstanding(t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
+      slot = Tensor();
+      slot = Tensor(ctx, t.shape(), t.name() + " (float32)");
+    }
+    if (!casts) casts = build_casts(dev);
+    return slot;
+  }
+  // Records from -> to where they differ (one of them bfloat16, the other its float32 stand-in).
+  void record_cast(gpu::Recorder& r, const Tensor& from, const Tensor& to, const char* role) const {
+    if (storage_of(from).buffer == storage_of(to).buffer) return;
+    const std::uint64_t n = std::uint64_t(from.numel()), groups = ((n + 1) / 2 + 255) / 256;
+    Push pc;
+    pc.n = std::uint32_t(n);
+    if (from.dtype() == DType::BFloat16) {
+      r.dispatch(*casts->to_f32, bindings::to_f32{.src = view(from), .dst = view(to)}, pc, groups);
+      r.mark(std::string("to_f32 ") + role);
+    } else {
+      r.dispatch(*casts->to_bf16, bindings::to_bf16{.src = view(from), .dst = view(to)}, pc, groups);
+      r.mark(std::string("to_bf16 ") + role);
+    }
+  }
+  // The float32 inputs the family reads for `in` (its bfloat16 streams' stand-ins).
+  DeviceInputs f32_inputs(const DeviceInputs& in) {
+    DeviceInputs f = in;
+    f.qkv = f32_of(in.qkv, f32.qkv);
+    f.z = f32_of(in.z, f32.z);
+    f.a = f32_of(in.a, f32.a);
+    f.b = f32_of(in.b, f32.b);
+    return f;
+  }
+  void record_widen(gpu::Recorder& r, const DeviceInputs& in, const DeviceInputs& f) const {
+    record_cast(r, in.qkv, f.qkv, "qkv");
+    record_cast(r, in.z, f.z, "z");
+    record_cast(r, in.a, f.a, "a");
+    record_cast(r, in.b, f.b, "b");
   }
 
   // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,
@@ -150,13 +214,14 @@ struct LayerImpl {
 
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
   // da_log from da (shaders/common/param_part.comp, param_sum.comp).
-  void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g) {
+  void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& z, const Tensor& dout,
+                          const DeviceGrads& g) {
     const auto& k = family->common_kernels();
     const auto t = family->norm_tape(st.fwd);
     const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
     r.dispatch(*k.param_part,
-               bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(st.inputs.z),
+               bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
                                     .part = view(param_work[1])},
                pc,
                (rows + kParamRows - 1) / kParamRows);
@@ -189,6 +254,8 @@ struct LayerImpl {
     if (!in.conv_state.empty()) expect_shape("conv_state", in.conv_state, conv_state_shape(B));
     for (const Tensor* t : {&in.h0, &in.conv_state})
       if (!t->empty()) check_context(*t);
+    expect_f32("h0", in.h0);
+    expect_f32("conv_state", in.conv_state);
   }
   std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
@@ -290,20 +357,29 @@ struct LayerImpl {
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
     int B = 0, T = 0;
     check_inputs(in, B, T);
+    // the outputs given are checked before any is allocated
     const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
-    if (out.empty()) out = Tensor(ctx, out_shape, "out");
-    expect_shape("out", out, out_shape);
-    check_context(out);
+    if (!out.empty()) {
+      expect_shape("out", out, out_shape);
+      check_context(out);
+    }
+    using Out = std::tuple<Tensor*, const char*, std::vector<std::int64_t>>;
+    const std::vector<Out> carried =
+        carry ? std::vector<Out>{{&carry->ht, "ht", state_shape(B)}, {&carry->conv_state, "conv_state out", conv_state_shape(B)}}
+              : std::vector<Out>{};
+    for (const auto& [t, name, shape] : carried) {
+      if (t->empty()) continue;
+      expect_shape(name, *t, shape);
+      expect_f32(name, *t);
+      check_context(*t);
+    }
+    if (out.empty()) out = Tensor(ctx, out_shape, "out", in.qkv.dtype());
+    for (const auto& [t, name, shape] : carried)
+      if (t->empty()) *t = Tensor(ctx, shape, name);
     States s;
     if (!in.h0.empty()) s.flags |= kStateH0;
     if (!in.conv_state.empty()) s.flags |= kStateConv;
     if (carry) {
-      for (auto [t, name, shape] : {std::tuple{&carry->ht, "ht", state_shape(B)},
-                                    std::tuple{&carry->conv_state, "conv_state out", conv_state_shape(B)}}) {
-        if (t->empty()) *t = Tensor(ctx, shape, name);
-        expect_shape(name, *t, shape);
-        check_context(*t);
-      }
       s.ht = carry->ht;
       s.flags |= kStateCarry;
     }
@@ -318,12 +394,16 @@ struct LayerImpl {
     ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
     ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
+    const DeviceInputs fin = f32_inputs(in);
+    const Tensor out32 = f32_of(out, f32.out);
     run([&](gpu::Recorder& r) {
-      family->record_forward(r, in, out, *f, family_scratch, s);
+      record_widen(r, in, fin);
+      family->record_forward(r, fin, out32, *f, family_scratch, s);
       if (carry) {
-        record_conv_state_out(r, in, carry->conv_state, B, T);
+        record_conv_state_out(r, fin, carry->conv_state, B, T);
         r.mark("conv_state_out");
       }
+      record_cast(r, out32, out, "out");
     });
     if (cfg.check_finite) check_outputs_finite("forward", {&out, carry ? &carry->ht : nullptr, carry ? &carry->conv_state : nullptr});
   }
@@ -338,45 +418,67 @@ struct LayerImpl {
     if (!st->inputs.conv_state.empty()) s.flags |= kStateConv;
     if (dcarry && !dcarry->ht.empty()) {
       expect_shape("dht", dcarry->ht, state_shape(B));
+      expect_f32("dht", dcarry->ht);
       check_context(dcarry->ht);
       s.dht = dcarry->ht;
       s.flags |= kStateCarry;
     }
     if (dcarry && !dcarry->conv_state.empty()) {
       expect_shape("dconv_state out", dcarry->conv_state, conv_state_shape(B));
+      expect_f32("dconv_state out", dcarry->conv_state);
       check_context(dcarry->conv_state);
       s.dconv_out = dcarry->conv_state;
       s.flags |= kStateDconvOut;
     }
-    auto alloc = [&](Tensor& t, const char* name, const std::vector<std::int64_t>& shape) {
-      if (t.empty()) t = Tensor(ctx, shape, name);
-      expect_shape(name, t, shape);
+    // The gradients given are checked, then the others allocated: an input's gradient takes the
+    // input's dtype, the rest are float32.
+    const DeviceInputs& in = st->inputs;
+    struct Grad {
+      Tensor* t;
+      const char* name;
+      std::vector<std::int64_t> shape;
+      DType dtype;
     };
-    alloc(g.dqkv, "dqkv", {B, T, cfg.channels()});
-    alloc(g.dz, "dz", {B, T, cfg.value_dim()});
-    alloc(g.da, "da", {B, T, cfg.nv});
-    alloc(g.db, "db", {B, T, cfg.nv});
-    if (cfg.param_grads) {
-      alloc(g.dconv, "dconv", {cfg.channels(), cfg.conv_taps});
-      alloc(g.da_log, "da_log", {cfg.nv});
-      alloc(g.ddt_bias, "ddt_bias", {cfg.nv});
-      alloc(g.dnorm, "dnorm", {kHeadDim});
-    }
-    alloc(g.dconv_state, "dconv_state", conv_state_shape(B));
-    if (!st->inputs.h0.empty()) {
-      alloc(g.dh0, "dh0", state_shape(B));
-      s.dh0 = g.dh0;
-    }
+    std::vector<Grad> grads{{&g.dqkv, "dqkv", {B, T, cfg.channels()}, in.qkv.dtype()},
+                            {&g.dz, "dz", {B, T, cfg.value_dim()}, in.z.dtype()},
+                            {&g.da, "da", {B, T, cfg.nv}, in.a.dtype()},
+                            {&g.db, "db", {B, T, cfg.nv}, in.b.dtype()},
+                            {&g.dconv_state, "dconv_state", conv_state_shape(B), DType::Float32}};
+    if (cfg.param_grads)
+      grads.insert(grads.end(), {{&g.dconv, "dconv", {cfg.channels(), cfg.conv_taps}, DType::Float32},
+                                 {&g.da_log, "da_log", {cfg.nv}, DType::Float32},
+                                 {&g.ddt_bias, "ddt_bias", {cfg.nv}, DType::Float32},
+                                 {&g.dnorm, "dnorm", {kHeadDim}, DType::Float32}});
+    if (!in.h0.empty()) grads.push_back({&g.dh0, "dh0", state_shape(B), DType::Float32});
     check_context(dout);
-    for (const Tensor* t : {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dh0,
-                            &g.dconv_state})
-      if (!t->empty()) check_context(*t);
+    for (const auto& x : grads) {
+      if (x.t->empty()) continue;
+      expect_shape(x.name, *x.t, x.shape);
+      if (x.dtype == DType::Float32) expect_f32(x.name, *x.t);
+      check_context(*x.t);
+    }
+    for (const auto& x : grads)
+      if (x.t->empty()) *x.t = Tensor(ctx, x.shape, x.name, x.dtype);
+    if (!in.h0.empty()) s.dh0 = g.dh0;
     ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
     ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("backward", {&dout, &s.dht, &s.dconv_out});
+    const DeviceInputs fin = f32_inputs(in);
+    const Tensor dout32 = f32_of(dout, f32.dout);
+    DeviceGrads g32 = g;
+    g32.dqkv = f32_of(g.dqkv, f32.dqkv);
+    g32.dz = f32_of(g.dz, f32.dz);
+    g32.da = f32_of(g.da, f32.da);
+    g32.db = f32_of(g.db, f32.db);
     run([&](gpu::Recorder& r) {
-      family->record_backward(r, st->inputs, st->fwd, dout, g, bwd, param_work[0], s);
-      if (cfg.param_grads) record_param_grads(r, *st, dout, g);
+      record_widen(r, in, fin);
+      record_cast(r, dout, dout32, "dout");
+      family->record_backward(r, fin, st->fwd, dout32, g32, bwd, param_work[0], s);
+      if (cfg.param_grads) record_param_grads(r, *st, fin.z, dout32, g32);
+      record_cast(r, g32.dqkv, g.dqkv, "dqkv");
+      record_cast(r, g32.dz, g.dz, "dz");
+      record_cast(r, g32.da, g.da, "da");
+      record_cast(r, g32.db, g.db, "db");
     });
     if (cfg.check_finite)
       check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm,

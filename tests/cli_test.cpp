@@ -56,6 +56,37 @@ TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
   EXPECT_FALSE(fs::exists(out / "dh0.npy"));
 }
 
+// --bf16: the streams rounded to bfloat16, the device API with bfloat16 tensors; the outputs are the
+// float32 values of its bfloat16 results, bit for bit.
+TEST_F(Cli, RunBf16MatchesTheDeviceApiWithBf16Tensors) {
+  put_all();
+  const Result r = gdn_cli(run_args({"--backward", "--bf16"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("bfloat16 boundary tensors"), std::string::npos) << r.out;
+
+  Layer layer(context(), pr.cfg, pr.p);
+  auto tensor = [&](const std::vector<float>& v, Shape shape, const char* name) {
+    Tensor t(context(), std::move(shape), name, DType::BFloat16);
+    t.upload(v);
+    return t;
+  };
+  const std::int64_t B = pr.B, T = pr.T;
+  const DeviceInputs in{tensor(pr.x.qkv, {B, T, 512}, "qkv"), tensor(pr.x.z, {B, T, 256}, "z"),
+                        tensor(pr.x.a, {B, T, 2}, "a"), tensor(pr.x.b, {B, T, 2}, "b")};
+  Tape tape;
+  Tensor out;
+  layer.forward(in, out, &tape);
+  DeviceGrads g;
+  layer.backward(tape, tensor(pr.x.dout, {B, T, 256}, "dout"), g);
+  expect_bitwise("out", read_out("out"), {2, 5, 256}, out.download());
+  expect_bitwise("dqkv", read_out("dqkv"), {2, 5, 512}, g.dqkv.download());
+  expect_bitwise("dz", read_out("dz"), {2, 5, 256}, g.dz.download());
+  expect_bitwise("da", read_out("da"), {2, 5, 2}, g.da.download());
+  expect_bitwise("db", read_out("db"), {2, 5, 2}, g.db.download());
+  expect_bitwise("dnorm", read_out("dnorm"), {128}, g.dnorm.download());
+  for (float v : read_out("dqkv").data) ASSERT_EQ(from_bfloat16(to_bfloat16(v)), v) << "a bfloat16 value";
+}
+
 // The carried states as files: h0.npy and conv_state.npy in, dht.npy and dconv_state_out.npy into
 // the backward, dh0.npy and dconv_state.npy out; as the host API gives them.
 TEST_F(Cli, RunCarriesStateFiles) {

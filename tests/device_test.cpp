@@ -37,22 +37,12 @@ const Case kCases[] = {
     {"rep3_B3_T40_cs16", 3, 40, 6, 2, 4, 16},  // three windows of two whole chunks and a short one
 };
 
-// A kernel family as the config asks for it. The chunked family runs its matrix-unit kernels (chunk
-// length 16) where the device has them; chunked_cuda_cores keeps it on the CUDA-core kernels there.
-struct Family {
-  const char* name;
-  Variant variant;
-  bool matrix_units;
-};
-const Family kPerHead{"per_head", Variant::PerHead, true}, kSubgroup{"subgroup", Variant::Subgroup, true},
-    kChunked{"chunked", Variant::Chunked, true}, kChunkedCudaCores{"chunked_cuda_cores", Variant::Chunked, false};
 
 // What a test's parameters print as (ctest's and gtest's names), in place of their bytes.
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name << " (B " << c.B << ", T " << c.T << ", nv " << c.nv << ", nk " << c.nk << ", K " << c.K
       << ", interval " << c.cs << ")";
 }
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
 
 using Param = std::tuple<Case, Family>;
 

@@ -19,18 +19,6 @@ namespace {
 
 constexpr double kTolerance = 2e-4;
 
-struct Family {
-  const char* name;
-  Variant variant;
-  bool matrix_units;
-};
-const Family kFamilies[] = {{"per_head", Variant::PerHead, true},
-                            {"subgroup", Variant::Subgroup, true},
-                            {"chunked", Variant::Chunked, true},
-                            {"chunked_cuda_cores", Variant::Chunked, false}};
-
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
-
 struct Errors {
   double out = 0, dqkv = 0, dz = 0, da = 0, db = 0;
   double worst_grad() const { return std::max({dqkv, dz, da, db}); }
@@ -243,8 +231,7 @@ TEST_F(DeviceTest, DefaultFamilyUnderStrongDecay) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Scales, ::testing::ValuesIn(kFamilies),
-                         [](const ::testing::TestParamInfo<Family>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, Scales, ::testing::ValuesIn(kFamilies), family_name);
 
 }  // namespace
 }  // namespace gdn::test

@@ -14,18 +14,6 @@ namespace {
 
 constexpr double kTolerance = 2e-4;
 
-struct Family {
-  const char* name;
-  Variant variant;
-  bool matrix_units;
-};
-void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
-// (chunked takes the matrix units where the device has them; elsewhere it repeats chunked_cuda_cores)
-const Family kFamilies[] = {{"per_head", Variant::PerHead, true},
-                            {"subgroup", Variant::Subgroup, true},
-                            {"chunked", Variant::Chunked, true},
-                            {"chunked_cuda_cores", Variant::Chunked, false}};
-
 struct Shape {
   int B, T;
 };
@@ -208,8 +196,7 @@ TEST_P(States, WrongShapesAreRefused) {
                std::invalid_argument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, States, ::testing::ValuesIn(kFamilies),
-                         [](const ::testing::TestParamInfo<Family>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Families, States, ::testing::ValuesIn(kFamilies), family_name);
 
 }  // namespace
 }  // namespace gdn::test

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,21 @@
 #include "gdn/reference.hpp"
 
 namespace gdn::test {
+
+/// A kernel family as the config asks for it. The chunked family runs its matrix-unit kernels (chunk
+/// length 16) where the device has them; chunked_cuda_cores keeps it on the CUDA-core kernels there
+/// (elsewhere the two are the same kernels).
+struct Family {
+  const char* name;
+  Variant variant;
+  bool matrix_units;
+};
+inline void PrintTo(const Family& f, std::ostream* os) { *os << f.name; }
+inline constexpr Family kPerHead{"per_head", Variant::PerHead, true}, kSubgroup{"subgroup", Variant::Subgroup, true},
+    kChunked{"chunked", Variant::Chunked, true}, kChunkedCudaCores{"chunked_cuda_cores", Variant::Chunked, false};
+inline constexpr Family kFamilies[] = {kPerHead, kSubgroup, kChunked, kChunkedCudaCores};
+/// gtest's name of a test parameterised by family.
+inline std::string family_name(const ::testing::TestParamInfo<Family>& i) { return i.param.name; }
 
 /// The Context every device test shares; validation errors are collected, not printed.
 std::shared_ptr<Context> context();

@@ -16,7 +16,7 @@ layout(push_constant) uniform Push {
   uint nseg;    // segments per window: ceil(T / cs)
   uint keep;    // 1: record what the backward reads (checkpoints, kv)
   uint flags;   // the states carried in and out: STATE_* below
-  uint pad1;
+  uint n;       // elements of a cast (to_f32, to_bf16)
   uint pad2;
   float eps;    // rms_eps of the output norm
   float fpad0;

@@ -39,7 +39,7 @@ using Shape = std::vector<std::int64_t>;
 constexpr std::int64_t kD = kHeadDim;
 
 const char* const kRunUsage =
-    "usage: gdn run --in DIR --out DIR [--backward] [--eps E] [--ckpt N]\n"
+    "usage: gdn run --in DIR --out DIR [--backward] [--bf16] [--eps E] [--ckpt N]\n"
     "               [--variant auto|subgroup|per-head|chunked] [--allow-nonfinite]\n"
     "\n"
     "Runs the GatedDeltaNet layer on float32 C-order .npy files (docs/spec.md):\n"
@@ -57,6 +57,9 @@ const char* const kRunUsage =
     "  --in DIR          directory holding the input files\n"
     "  --out DIR         directory for the outputs (created if missing; written only on success)\n"
     "  --backward        also compute the gradients for dout.npy\n"
+    "  --bf16            bfloat16 boundary tensors: qkv, z, a, b and dout rounded to bfloat16 (to\n"
+    "                    nearest even), out and dqkv dz da db stored as bfloat16 and written widened\n"
+    "                    to float32; parameters, states and their gradients stay float32\n"
     "  --eps E           epsilon of the gated RMSNorm (default 1e-6, >= 0)\n"
     "  --ckpt N          tokens between state checkpoints (>= 1; the chunked variant's chunk\n"
     "                    length, <= 32); default: the variant's (8; chunked 16)\n"
@@ -186,6 +189,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
 struct RunOptions {
   fs::path in, out;
   bool backward = false;
+  bool bf16 = false;
   float eps = 1e-6f;
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
@@ -245,8 +249,8 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
         throw std::invalid_argument("run: " + flag + " needs a value (" + what + ")");
       value = args[++i];
     };
-    if (flag == "--backward" || flag == "--allow-nonfinite") {
-      bool& on = flag == "--backward" ? o.backward : o.allow_nonfinite;
+    if (flag == "--backward" || flag == "--allow-nonfinite" || flag == "--bf16") {
+      bool& on = flag == "--backward" ? o.backward : flag == "--bf16" ? o.bf16 : o.allow_nonfinite;
       if (inline_value) throw std::invalid_argument("run: " + flag + " takes no value, got '" + args[i] + "'");
       if (on) throw std::invalid_argument("run: " + flag + " given more than once");
       on = true;
@@ -438,27 +442,9 @@ Problem read_inputs(const RunOptions& o) {
 
 namespace {
 
-int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostream&) {
-  RunOptions o;
-  if (!parse_run(args, o)) {
-    out << kRunUsage;
-    return kExitOk;
-  }
-  std::error_code ec;
-  if (fs::exists(o.out, ec) && !fs::is_directory(o.out, ec))
-    throw std::invalid_argument("--out " + o.out.string() + ": exists and is not a directory");
-
-  Problem p = read_inputs(o);
-
-  auto ctx = Context::create();
-  const Config cfg = config_of(p, o);
-  const Shape conv_shape = p.conv.shape, a_log_shape = p.a_log.shape, dt_bias_shape = p.dt_bias.shape,
-              norm_shape = p.norm.shape;
-  Params params{std::move(p.conv.data), std::move(p.a_log.data), std::move(p.dt_bias.data),
-                std::move(p.norm.data)};
-  Layer layer(ctx, cfg, params);
-  params = {};
-
+// The outputs of `gdn run` through the host API (float32 throughout).
+std::vector<Output> run_f32(Layer& layer, Problem& p, const RunOptions& o, const Shape& conv_shape,
+                            const Shape& a_log_shape, const Shape& dt_bias_shape, const Shape& norm_shape) {
   const HostInputs in{.qkv = p.qkv.data, .z = p.z.data, .a = p.a.data, .b = p.b.data, .h0 = p.h0.data,
                       .conv_state = p.conv_state.data};
   Tape tape;
@@ -481,10 +467,73 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     if (!g.dh0.empty()) outputs.push_back({"dh0", {p.B, p.nv, kD, kD}, std::move(g.dh0)});
     outputs.push_back({"dconv_state", {p.B, p.K - 1, p.C}, std::move(g.dconv_state)});
   }
+  return outputs;
+}
+
+// The same through the device API with bfloat16 boundary tensors (--bf16): the streams are rounded
+// on upload, the outputs allocated by the calls take their inputs' dtype and are widened on download.
+std::vector<Output> run_bf16(const std::shared_ptr<Context>& ctx, Layer& layer, Problem& p, const RunOptions& o,
+                             const Shape& conv_shape, const Shape& a_log_shape, const Shape& dt_bias_shape,
+                             const Shape& norm_shape) {
+  auto tensor = [&](npy::Array& a, const char* name, DType d) {
+    if (a.shape.empty()) return Tensor();
+    Tensor t(ctx, a.shape, name, d);
+    t.upload(a.data);
+    return t;
+  };
+  const DType bf = DType::BFloat16, f32 = DType::Float32;
+  const DeviceInputs in{tensor(p.qkv, "qkv", bf), tensor(p.z, "z", bf), tensor(p.a, "a", bf), tensor(p.b, "b", bf),
+                        tensor(p.h0, "h0", f32), tensor(p.conv_state, "conv_state", f32)};
+  Tape tape;
+  DeviceCarry carry;
+  Tensor out;
+  layer.forward(in, out, o.backward ? &tape : nullptr, &carry);
+  std::vector<Output> outputs;
+  outputs.push_back({"out", out.shape(), out.download()});
+  outputs.push_back({"ht", carry.ht.shape(), carry.ht.download()});
+  outputs.push_back({"conv_state_out", carry.conv_state.shape(), carry.conv_state.download()});
+  if (o.backward) {
+    const DeviceCarry dcarry{tensor(p.dht, "dht", f32), tensor(p.dconv_state_out, "dconv_state out", f32)};
+    DeviceGrads g;
+    layer.backward(tape, tensor(p.dout, "dout", bf), g, &dcarry);
+    for (auto [name, t, shape] : {std::tuple{"dqkv", &g.dqkv, p.qkv.shape}, {"dz", &g.dz, p.z.shape},
+                                  {"da", &g.da, p.a.shape}, {"db", &g.db, p.b.shape}, {"dconv", &g.dconv, conv_shape},
+                                  {"da_log", &g.da_log, a_log_shape}, {"ddt_bias", &g.ddt_bias, dt_bias_shape},
+                                  {"dnorm", &g.dnorm, norm_shape}, {"dh0", &g.dh0, Shape{p.B, p.nv, kD, kD}},
+                                  {"dconv_state", &g.dconv_state, Shape{p.B, p.K - 1, p.C}}})
+      if (!t->empty()) outputs.push_back({name, shape, t->download()});
+  }
+  return outputs;
+}
+
+int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostream&) {
+  RunOptions o;
+  if (!parse_run(args, o)) {
+    out << kRunUsage;
+    return kExitOk;
+  }
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && !fs::is_directory(o.out, ec))
+    throw std::invalid_argument("--out " + o.out.string() + ": exists and is not a directory");
+
+  Problem p = read_inputs(o);
+
+  auto ctx = Context::create();
+  const Config cfg = config_of(p, o);
+  const Shape conv_shape = p.conv.shape, a_log_shape = p.a_log.shape, dt_bias_shape = p.dt_bias.shape,
+              norm_shape = p.norm.shape;
+  Params params{std::move(p.conv.data), std::move(p.a_log.data), std::move(p.dt_bias.data),
+                std::move(p.norm.data)};
+  Layer layer(ctx, cfg, params);
+  params = {};
+
+  std::vector<Output> outputs = o.bf16 ? run_bf16(ctx, layer, p, o, conv_shape, a_log_shape, dt_bias_shape, norm_shape)
+                                        : run_f32(layer, p, o, conv_shape, a_log_shape, dt_bias_shape, norm_shape);
   write_outputs(o.out, outputs);
 
   out << "gdn run: B=" << p.B << " T=" << p.T << " nv=" << p.nv << " nk=" << p.nk << " K=" << p.K
-      << " (C=" << p.C << "), " << to_string(layer.variant()) << " kernels on " << ctx->device().name
+      << " (C=" << p.C << ")" << (o.bf16 ? ", bfloat16 boundary tensors" : "") << ", "
+      << to_string(layer.variant()) << " kernels on " << ctx->device().name
       << "; wrote";
   for (const auto& x : outputs) out << ' ' << x.name << ".npy";
   out << " to " << o.out.string() << '\n';

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: MIT
+// bfloat16 boundary tensors (docs/spec.md, "bfloat16 boundary tensors"): rounding on the host and the
+// device, every family with bfloat16 streams against the float64 reference fed the same rounded
+// inputs, each stream bfloat16 on its own, and the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "test_support.hpp"
+
+namespace gdn::test {
+namespace {
+
+// Outputs stored as bfloat16, against the reference's rounded once: each element is off by at most
+// half a bfloat16 ulp (2^-9 relative) of its own rounding and the fp32 error before it; the relative
+// L2 error is about 2^-9 / sqrt(3) = 1.1e-3 over many elements.
+constexpr double kBf16Tolerance = 4e-3;
+// float32 results from bfloat16 inputs: the suite's bound (the arithmetic is float32 throughout).
+constexpr double kTolerance = 2e-4;
+
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(v[i]));
+  return r;
+}
+std::vector<double> rounded(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(float(v[i])));
+  return r;
+}
+
+TEST(Bf16, HostRoundingIsToNearestEven) {
+  EXPECT_EQ(to_bfloat16(1.0f), 0x3F80);
+  EXPECT_EQ(to_bfloat16(-2.0f), 0xC000);
+  EXPECT_EQ(to_bfloat16(1.0f + 0x1p-8f), 0x3F80);             // halfway, to the even 1.0
+  EXPECT_EQ(to_bfloat16(1.0f + 3 * 0x1p-8f), 0x3F82);         // halfway, to the even 1 + 2^-6
+  EXPECT_EQ(to_bfloat16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);  // above halfway
+  EXPECT_EQ(to_bfloat16(3.4e38f), 0x7F80);                    // above the largest finite: Inf
+  EXPECT_EQ(to_bfloat16(-INFINITY), 0xFF80);
+  EXPECT_TRUE(std::isnan(from_bfloat16(to_bfloat16(NAN))));
+  EXPECT_EQ(to_bfloat16(0x1p-130f), 0x0008);  // subnormals are kept (bfloat16 has them down to 2^-133)
+  EXPECT_EQ(to_bfloat16(0x1p-134f + 0x1p-140f), 0x0001);
+  EXPECT_EQ(from_bfloat16(0x3F81), 1.0f + 0x1p-7f);
+}
+
+TEST_F(DeviceTest, Bf16TensorsRoundOnUploadAndWidenOnDownload) {
+  auto ctx = context();
+  Tensor t(ctx, {3}, "t", DType::BFloat16);
+  EXPECT_EQ(t.dtype(), DType::BFloat16);
+  EXPECT_EQ(t.bytes(), 8u);  // 6 bytes rounded up to whole words
+  t.upload(std::vector<float>{1.0f + 0x1p-8f, 1.0f + 0x1p-6f + 0x1p-9f, -3.0f});
+  EXPECT_EQ(t.download(), (std::vector<float>{1.0f, 1.0f + 0x1p-6f, -3.0f}));
+  EXPECT_EQ(t.download_bf16(), (std::vector<std::uint16_t>{0x3F80, 0x3F82, 0xC040}));
+  t.fill(0.5f);
+  EXPECT_EQ(t.download(), (std::vector<float>{0.5f, 0.5f, 0.5f}));
+  t.upload_bf16(std::vector<std::uint16_t>{0x4000, 0x7F80, 0x0001});
+  EXPECT_EQ(t.download(), (std::vector<float>{2.0f, INFINITY, 0x1p-133f}));
+  Tensor f(ctx, {3}, "f");
+  try {
+    f.upload_bf16(std::vector<std::uint16_t>{1, 2, 3});
+    ADD_FAILURE() << "a float32 tensor took bfloat16 bits";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'f' is float32, expected bfloat16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)f.download_bf16(), std::invalid_argument);
+  EXPECT_THROW(t.upload_bf16(std::vector<std::uint16_t>{1, 2}), std::invalid_argument);
+}
+
+class Bf16 : public DeviceTest, public ::testing::WithParamInterface<Family> {
+ protected:
+  Config config(int nv = 4, int nk = 2) const {
+    return Config{.nv = nv, .nk = nk, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
+                  .matrix_units = GetParam().matrix_units};
+  }
+  static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want,
+                    double tolerance) {
+    const double err = rel_l2(got, want);
+    std::printf("[gdn]   %-12s rel L2 error %.3e (bound %.0e)\n", what, err, tolerance);
+    EXPECT_EQ(count_nonfinite(got), 0u) << what;
+    EXPECT_LE(err, tolerance) << what;
+  }
+  static Tensor tensor(const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name, DType d) {
+    Tensor t(context(), std::move(shape), name, d);
+    t.upload(v);
+    return t;
+  }
+};
+
+// Every boundary stream bfloat16: out and the input gradients (allocated by the calls, so bfloat16
+// too) against the reference's rounded once; the parameters' and states' gradients (float32) at the
+// suite's bound. Then the same call with float32 outputs: the bfloat16 ones are exactly their
+// rounding (the device's stores round as to_bfloat16 does).
+TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
+  const Config cfg = config();
+  const Params p = random_params(cfg, 5);
+  Layer layer(context(), cfg, p);
+  const int B = 2, T = 37;
+  Batch x = random_batch(cfg, B, T, 41);
+  for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = rounded(*v);
+  const Expected want = reference_batch(cfg, p, x, B, T);
+  const auto bf = DType::BFloat16;
+  const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
+                        tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+  const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
+  Tensor out;
+  Tape tape;
+  layer.forward(in, out, &tape);
+  DeviceGrads g;
+  layer.backward(tape, dout, g);
+  for (const Tensor* t : {&out, &g.dqkv, &g.dz, &g.da, &g.db}) EXPECT_EQ(t->dtype(), bf) << t->name();
+  for (const Tensor* t : {&g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
+    EXPECT_EQ(t->dtype(), DType::Float32) << t->name();
+  std::printf("[gdn] %s, B %d, T %d, bfloat16 streams:\n", GetParam().name, B, T);
+  check("out", out.download(), rounded(want.out), kBf16Tolerance);
+  check("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
+  check("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
+  check("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+  check("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+  check("dconv", g.dconv.download(), want.dconv, kTolerance);
+  check("da_log", g.da_log.download(), want.da_log, kTolerance);
+  check("ddt_bias", g.ddt_bias.download(), want.ddt_bias, kTolerance);
+  check("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
+  check("dconv_state", g.dconv_state.download(), want.dconv_state, kTolerance);
+
+  // float32 outputs of the same inputs: the rounding of each is the bfloat16 output, bit for bit
+  Tensor out32(context(), {B, T, cfg.value_dim()}, "out32");
+  layer.forward(in, out32, &tape);
+  DeviceGrads g32{.dqkv = Tensor(context(), {B, T, cfg.channels()}, "dqkv32"),
+                  .dz = Tensor(context(), {B, T, cfg.value_dim()}, "dz32"),
+                  .da = Tensor(context(), {B, T, cfg.nv}, "da32"),
+                  .db = Tensor(context(), {B, T, cfg.nv}, "db32")};
+  layer.backward(tape, dout, g32);
+  for (auto [b16, f32] : {std::pair{&out, &out32}, {&g.dqkv, &g32.dqkv}, {&g.dz, &g32.dz}, {&g.da, &g32.da},
+                          {&g.db, &g32.db}}) {
+    const auto bits = b16->download_bf16();
+    const auto wide = f32->download();
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < bits.size(); ++i) differ += bits[i] != to_bfloat16(wide[i]);
+    EXPECT_EQ(differ, 0u) << b16->name() << ": elements whose device rounding differs from to_bfloat16";
+  }
+}
+
+// One stream bfloat16 at a time, the rest float32: the float32 outputs match the reference fed that
+// stream rounded, at the suite's bound.
+TEST_P(Bf16, EachStreamOnItsOwn) {
+  const Config cfg = config();
+  const Params p = random_params(cfg, 6);
+  Layer layer(context(), cfg, p);
+  const int B = 1, T = 21;
+  const Batch x0 = random_batch(cfg, B, T, 43);
+  const char* names[] = {"qkv", "z", "a", "b", "dout"};
+  for (int which = 0; which < 5; ++which) {
+    Batch x = x0;
+    std::vector<float>* streams[] = {&x.qkv, &x.z, &x.a, &x.b, &x.dout};
+    *streams[which] = rounded(*streams[which]);
+    const Expected want = reference_batch(cfg, p, x, B, T);
+    auto d = [&](int i) { return i == which ? DType::BFloat16 : DType::Float32; };
+    const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", d(0)),
+                          tensor(x.z, {B, T, cfg.value_dim()}, "z", d(1)), tensor(x.a, {B, T, cfg.nv}, "a", d(2)),
+                          tensor(x.b, {B, T, cfg.nv}, "b", d(3))};
+    const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", d(4));
+    Tensor out(context(), {B, T, cfg.value_dim()}, "out");
+    Tape tape;
+    layer.forward(in, out, &tape);
+    DeviceGrads g{.dqkv = Tensor(context(), {B, T, cfg.channels()}, "dqkv"),
+                  .dz = Tensor(context(), {B, T, cfg.value_dim()}, "dz"), .da = Tensor(context(), {B, T, cfg.nv}, "da"),
+                  .db = Tensor(context(), {B, T, cfg.nv}, "db")};
+    layer.backward(tape, dout, g);
+    std::printf("[gdn] %s, %s bfloat16:\n", GetParam().name, names[which]);
+    check("out", out.download(), want.out, kTolerance);
+    check("dqkv", g.dqkv.download(), want.dqkv, kTolerance);
+    check("dz", g.dz.download(), want.dz, kTolerance);
+    check("da", g.da.download(), want.da, kTolerance);
+    check("db", g.db.download(), want.db, kTolerance);
+    check("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
+  }
+}
+
+// An odd number of elements: the last word's upper half is not the tensor's and keeps its bits.
+TEST_P(Bf16, OddCountKeepsTheBytesAfterTheTensor) {
+  const Config cfg = config(3, 1);
+  const Params p = random_params(cfg, 8);
+  Layer layer(context(), cfg, p);
+  const int B = 1, T = 5;  // a, b, da, db: 15 elements
+  const Batch x = random_batch(cfg, B, T, 45);
+  const auto bf = DType::BFloat16;
+  const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
+                        tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+  Tensor host(context(), {16}, "da and a sentinel", bf);
+  host.fill(7.0f);
+  DeviceGrads g{.da = Tensor::wrap(context(), host.vk_buffer(), host.vk_offset(), {B, T, cfg.nv}, "da", bf)};
+  Tape tape;
+  Tensor out;
+  layer.forward(in, out, &tape);
+  layer.backward(tape, tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
+  const auto all = host.download();
+  EXPECT_EQ(all[15], 7.0f) << "the element after da";
+  const Expected want = reference_batch(cfg, p, [&] {
+    Batch r = x;
+    for (auto* v : {&r.qkv, &r.z, &r.a, &r.b, &r.dout}) *v = rounded(*v);
+    return r;
+  }(), B, T);
+  check("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+}
+
+// bfloat16 where float32 is required: states, their gradients and the parameters' gradients.
+TEST_P(Bf16, StatesAndParameterGradientsMustBeFloat32) {
+  const Config cfg = config();
+  Layer layer(context(), cfg, random_params(cfg, 9));
+  const int B = 1, T = 4;
+  const Batch x = random_batch(cfg, B, T, 47);
+  const auto bf = DType::BFloat16;
+  DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
+                  tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+  auto refused = [](const char* what, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": a bfloat16 tensor was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(what) + " ('"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("is bfloat16, expected float32"), std::string::npos) << e.what();
+    }
+  };
+  Tensor out;
+  in.h0 = Tensor(context(), {B, cfg.nv, kHeadDim, kHeadDim}, "h0", bf);
+  refused("h0", [&] { layer.forward(in, out); });
+  in.h0 = Tensor();
+  DeviceCarry carry{.ht = Tensor(context(), {B, cfg.nv, kHeadDim, kHeadDim}, "ht", bf)};
+  refused("ht", [&] { layer.forward(in, out, nullptr, &carry); });
+  EXPECT_TRUE(out.empty()) << "nothing is allocated before a refusal";
+  Tape tape;
+  layer.forward(in, out, &tape);
+  const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
+  DeviceGrads g{.dconv = Tensor(context(), {cfg.channels(), cfg.conv_taps}, "dconv", bf)};
+  refused("dconv", [&] { layer.backward(tape, dout, g); });
+  EXPECT_TRUE(g.dqkv.empty()) << "nothing is allocated before a refusal";
+  DeviceCarry dcarry{.ht = Tensor(context(), {B, cfg.nv, kHeadDim, kHeadDim}, "dht", bf)};
+  DeviceGrads g2;
+  refused("dht", [&] { layer.backward(tape, dout, g2, &dcarry); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Bf16, ::testing::ValuesIn(kFamilies), family_name);
+
+}  // namespace
+}  // namespace gdn::test
