@@ -46,6 +46,8 @@ void Config::check() const {
   else
     bound("checkpoint_interval", checkpoint_interval, 0, kMaxCheckpointInterval, " (0: the family's default)");
   if (!(rms_eps >= 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("config: rms_eps must be finite and >= 0");
+  if (part_tokens < 0)
+    throw std::invalid_argument("config: part_tokens = " + std::to_string(part_tokens) + ", expected >= 0 (0: parts only where needed)");
 }
 
 std::vector<FamilySupport> family_support(const Context& ctx, const Config& cfg) {

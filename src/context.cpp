@@ -117,7 +117,7 @@ Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, st
   st->ctx = std::move(ctx);
   st->shape = std::move(shape);
   st->dtype = dtype;
-  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), storage_bytes(n, dtype));
+  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), storage_bytes(n, dtype), false);
   storage_ = std::move(st);
 }
 
@@ -130,7 +130,7 @@ Tensor Tensor::wrap(std::shared_ptr<Context> ctx, std::uint64_t vk_buffer, std::
   st->shape = std::move(shape);
   st->dtype = dtype;
   st->buffer = detail::device_of(*st->ctx).borrow_buffer(std::move(name), reinterpret_cast<VkBuffer>(vk_buffer), offset,
-                                                          storage_bytes(n, dtype));
+                                                          storage_bytes(n, dtype), false);
   Tensor t;
   t.storage_ = std::move(st);
   return t;

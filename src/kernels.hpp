@@ -40,6 +40,8 @@ struct Push {
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
 /// Push::flags, as common.glsl's STATE_*.
 inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
+/// Push::flags of param_sum, as common.glsl's PARAM_ACCUMULATE.
+inline constexpr std::uint32_t kParamAccumulate = 16;
 
 /// The device's pipeline for an embedded shader and specialization (built once per device, shared by
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).

@@ -13,18 +13,25 @@ Tape::Tape() = default;
 Tape::~Tape() = default;
 Tape::Tape(Tape&&) noexcept = default;
 Tape& Tape::operator=(Tape&&) noexcept = default;
-bool Tape::recorded() const { return state_ && !state_->fwd.empty(); }
-int Tape::batch() const { return state_ ? state_->fwd.B : 0; }
-int Tape::tokens() const { return state_ ? state_->fwd.T : 0; }
+bool Tape::recorded() const { return state_ && state_->recorded(); }
+int Tape::batch() const { return state_ ? state_->B : 0; }
+int Tape::tokens() const { return state_ ? state_->T : 0; }
+
+namespace {
+// A tape's buffers, and its parts' (a call run as parts: their own tapes, copies and states).
+void list_buffers(const detail::TapeState& st, std::vector<std::pair<std::string, std::size_t>>& out) {
+  for (const auto& b : st.fwd.buffers) out.emplace_back(b->name, b->bytes);
+  if (st.owns_inputs)
+    for (const Tensor* t : {&st.inputs.qkv, &st.inputs.z, &st.inputs.a, &st.inputs.b, &st.inputs.h0, &st.inputs.conv_state})
+      if (!t->empty()) out.emplace_back(t->name(), t->bytes());
+  for (const Tensor& t : st.owned) out.emplace_back(t.name(), t.bytes());
+  for (const auto& p : st.part_tapes) list_buffers(*p, out);
+}
+}  // namespace
 
 std::vector<std::pair<std::string, std::size_t>> Tape::buffers() const {
   std::vector<std::pair<std::string, std::size_t>> out;
-  if (!state_) return out;
-  for (const auto& b : state_->fwd.buffers) out.emplace_back(b->name, b->bytes);
-  if (state_->owns_inputs)
-    for (const Tensor* t : {&state_->inputs.qkv, &state_->inputs.z, &state_->inputs.a, &state_->inputs.b,
-                            &state_->inputs.h0, &state_->inputs.conv_state})
-      if (!t->empty()) out.emplace_back(t->name(), t->bytes());
+  if (state_) list_buffers(*state_, out);
   return out;
 }
 
@@ -133,7 +140,8 @@ namespace gdn::detail {
 // (its destructor waits for the GPU).
 struct PendingState {
   std::shared_ptr<Context> ctx;
-  std::unique_ptr<gpu::Device::Submission> submission;
+  std::vector<std::shared_ptr<void>> held;  // what the work uses that the call made or replaced
+  std::unique_ptr<gpu::Device::Submission> submission;  // destroyed first: waits for the work
 };
 }  // namespace gdn::detail
 
@@ -153,17 +161,21 @@ std::shared_ptr<detail::PendingState> submit(detail::LayerImpl& m, Call&& call) 
   if (m.cfg.check_finite) throw std::invalid_argument("submit: Config::check_finite reads results back; not with submission");
   m.submit_only = true;
   m.submitted.clear();
+  m.submitted_held.clear();
   try {
     call();
   } catch (...) {
     m.submit_only = false;
     m.submitted.clear();
+    m.submitted_held.clear();
     throw;
   }
   m.submit_only = false;
   if (m.submitted.empty()) return nullptr;
-  auto st = std::make_shared<detail::PendingState>(detail::PendingState{m.ctx, std::move(m.submitted.front())});
+  auto st = std::make_shared<detail::PendingState>(
+      detail::PendingState{m.ctx, std::move(m.submitted_held), std::move(m.submitted.front())});
   m.submitted.clear();
+  m.submitted_held.clear();
   std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
   m.outstanding.push_back(st);
   return st;
@@ -302,7 +314,7 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
   const std::lock_guard lock(m.calls);
   const auto* st = detail::LayerImpl::tape_state_ptr(tape);
   m.check_tape(st);
-  const std::int64_t B = st->fwd.B, T = st->fwd.T;
+  const std::int64_t B = st->B, T = st->T;
   detail::expect_size("dout", dout.size(), std::size_t(B * T) * m.cfg.value_dim(),
                       "[B, T, nv*D] = [" + std::to_string(B) + ", " + std::to_string(T) + ", " +
                           std::to_string(m.cfg.value_dim()) + "]");

@@ -47,11 +47,25 @@ inline void expect_f32(const char* tensor, const Tensor& t) {
 }
 
 
+/// A part of a call that runs as several (windows b0 .. b0+nb-1, tokens t0 .. t0+nt-1 of each; nb > 1
+/// only with whole windows): its buffers fit one storage binding where the whole call's do not.
+struct Part {
+  int b0 = 0, nb = 0, t0 = 0, nt = 0;
+};
+
 struct TapeState {
   std::uint64_t layer_id = 0;  // its layer, hence its kernel family and checkpoint layout
+  int B = 0, T = 0;            // the call's windows and tokens
   DeviceInputs inputs;         // shared with the caller (device API) or owned (host API)
   bool owns_inputs = false;
-  BufferSet fwd;               // what the forward wrote (the family's forward_buffers)
+  BufferSet fwd;               // what the forward wrote (the family's forward_buffers), in one part
+  // A call run as parts (layer_parts.cpp): each part's own tape, whose inputs are views of the call's,
+  // copies of its a and b rows, and the states between parts (`owned`).
+  std::vector<Part> parts;
+  std::vector<std::shared_ptr<TapeState>> part_tapes;
+  std::vector<Tensor> owned;
+
+  bool recorded() const { return !fwd.empty() || !part_tapes.empty(); }
 };
 
 struct LayerImpl {
@@ -130,11 +144,24 @@ struct LayerImpl {
     return t;
   }
 
-  // Makes f the buffers `decls()` declares for (B, T, keep) unless it holds them already.
+  // Makes f the buffers `decls()` declares for (B, T, keep) unless it holds them already; `grow`:
+  // unless it holds buffers at least as large (the parts of one call, the largest first). Buffers
+  // replaced while a call records are retired, not freed, until its work is done.
   template <class Decls>
-  void ensure(BufferSet& f, int B, int T, bool keep, Decls&& decls) {
+  void ensure(BufferSet& f, int B, int T, bool keep, Decls&& decls, bool grow = false) {
     if (f.B == B && f.T == T && f.keep == keep && (!f.empty() || f.made)) return;
+    if (grow && f.made && f.keep == keep) {
+      const auto want = decls();
+      bool fits = want.size() == f.buffers.size();
+      for (std::size_t i = 0; fits && i < want.size(); ++i) fits = want[i].floats * kF <= f.buffers[i]->bytes;
+      if (fits) {
+        f.B = B;
+        f.T = T;
+        return;
+      }
+    }
     if (!f.empty()) refuse_if_outstanding(B, T);
+    if (!f.empty()) retired.push_back(std::make_shared<BufferSet>(std::move(f)));
     f = BufferSet{};  // frees the old buffers before allocating the new ones
     for (const auto& d : decls()) f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
     f.B = B;
@@ -162,16 +189,25 @@ struct LayerImpl {
   StandIns f32;
   std::optional<CastKernels> casts;  // built at the first bfloat16 call
 
-  // t where it is float32 (or empty), else `slot`: a float32 tensor of t's shape.
-  const Tensor& f32_of(const Tensor& t, Tensor& slot) {
+  // t where it is float32 (or empty), else a float32 tensor of t's shape: `slot`, or a view of its
+  // first elements where it is larger.
+  Tensor f32_of(const Tensor& t, Tensor& slot) {
     if (t.empty() || t.dtype() == DType::Float32) return t;
-    if (slot.empty() || slot.shape() != t.shape()) {
-      if (!slot.empty()) refuse_if_outstanding(t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
-      slot = Tensor();
+    if (!casts) casts = build_casts(dev);
+    if (slot.empty() || slot.numel() < t.numel()) {
+      if (!slot.empty()) {
+        refuse_if_outstanding(t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
+        retired.push_back(std::make_shared<Tensor>(slot));
+      }
       slot = Tensor(ctx, t.shape(), t.name() + " (float32)");
     }
-    if (!casts) casts = build_casts(dev);
-    return slot;
+    return slot.shape() == t.shape() ? slot : sub_tensor(slot, 0, t.shape(), slot.name());
+  }
+  // A view of t's elements from `first` on, shaped `shape` (first * element size a multiple of the
+  // device's storage-buffer offset alignment).
+  Tensor sub_tensor(const Tensor& t, std::int64_t first, std::vector<std::int64_t> shape, const std::string& name) const {
+    return Tensor::wrap(ctx, t.vk_buffer(), t.vk_offset() + std::size_t(first) * dtype_bytes(t.dtype()), std::move(shape),
+                        name, t.dtype());
   }
   // Records from -> to where they differ (one of them bfloat16, the other its float32 stand-in).
   void record_cast(gpu::Recorder& r, const Tensor& from, const Tensor& to, const char* role) const {
@@ -215,10 +251,11 @@ struct LayerImpl {
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
   // da_log from da (shaders/common/param_part.comp, param_sum.comp).
   void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& z, const Tensor& dout,
-                          const DeviceGrads& g) {
+                          const DeviceGrads& g, bool accumulate) {
     const auto& k = family->common_kernels();
     const auto t = family->norm_tape(st.fwd);
-    const Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
+    Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
+    if (accumulate) pc.flags |= kParamAccumulate;
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
     r.dispatch(*k.param_part,
                bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
@@ -281,7 +318,7 @@ struct LayerImpl {
   }
 
   void check_tape(const TapeState* st) const {
-    if (!st || st->fwd.empty()) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
+    if (!st || !st->recorded()) throw std::invalid_argument("tape: backward from a tape that no forward has recorded");
     if (st->layer_id != id) throw std::invalid_argument("tape: recorded by another layer; a tape belongs to the layer whose forward filled it");
   }
 
@@ -296,20 +333,31 @@ struct LayerImpl {
   // The host API's transfers, made in the call's own submission (run)
   std::vector<gpu::Device::Transfer> host_up, host_down;
   std::vector<std::unique_ptr<gpu::Device::Submission>> submitted;
+  std::vector<std::shared_ptr<void>> submitted_held;  // the retired of a submitted call
+
+  // What a call's work may still use that the call itself replaced or made (buffers outgrown while it
+  // recorded, the states between its parts): held until its work is done (run), or by its Recorded
+  // or Pending.
+  std::vector<std::shared_ptr<void>> retired;
 
   template <class Body>
   void run(Body&& body) {
     if (record_into != VK_NULL_HANDLE) {
       recorded.push_back(dev.record(record_into, [&](gpu::Recorder& r) { body(r); }));
+      for (auto& x : retired) recorded.push_back(std::move(x));
+      retired.clear();
       timings.clear();
       return;
     }
     if (submit_only) {
       submitted.push_back(dev.submit([&](gpu::Recorder& r) { body(r); }));
+      submitted_held = std::move(retired);
+      retired.clear();
       timings.clear();
       return;
     }
     auto intervals = dev.run([&](gpu::Recorder& r) { body(r); }, profiling, host_up, host_down);
+    retired.clear();
     host_up.clear();
     host_down.clear();
     timings.clear();
@@ -383,35 +431,83 @@ struct LayerImpl {
       s.ht = carry->ht;
       s.flags |= kStateCarry;
     }
-    BufferSet* f = &scratch_fwd;
-    if (tape) {
-      auto& st = tape_state(*tape);
-      st.layer_id = id;
-      st.inputs = in;
-      st.owns_inputs = false;
-      f = &st.fwd;
-    }
-    ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
-    ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
-    const DeviceInputs fin = f32_inputs(in);
-    const Tensor out32 = f32_of(out, f32.out);
-    run([&](gpu::Recorder& r) {
-      record_widen(r, in, fin);
-      family->record_forward(r, fin, out32, *f, family_scratch, s);
-      if (carry) {
-        record_conv_state_out(r, fin, carry->conv_state, B, T);
-        r.mark("conv_state_out");
+    const std::vector<Part> plan = plan_parts(B, T);
+    if (plan.size() > 1) {
+      forward_parts(in, out, tape, carry, plan);
+    } else {
+      BufferSet* f = &scratch_fwd;
+      if (tape) {
+        auto& st = tape_state(*tape);
+        if (!st.part_tapes.empty()) {
+          refuse_if_outstanding(B, T);
+          st.parts.clear();
+          st.part_tapes.clear();
+          st.owned.clear();
+        }
+        st.layer_id = id;
+        st.B = B;
+        st.T = T;
+        st.inputs = in;
+        st.owns_inputs = false;
+        f = &st.fwd;
       }
-      record_cast(r, out32, out, "out");
-    });
+      ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
+      ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
+      run([&](gpu::Recorder& r) { record_forward_part(r, in, out, *f, s, carry ? &carry->conv_state : nullptr); });
+    }
     if (cfg.check_finite) check_outputs_finite("forward", {&out, carry ? &carry->ht : nullptr, carry ? &carry->conv_state : nullptr});
   }
+
+  // One forward of (f.B, f.T) windows and tokens: the family's passes between the casts of bfloat16
+  // streams, and the conv state out where `conv_state_out` is given.
+  void record_forward_part(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                           const States& s, const Tensor* conv_state_out) {
+    const DeviceInputs fin = f32_inputs(in);
+    const Tensor out32 = f32_of(out, f32.out);
+    record_widen(r, in, fin);
+    family->record_forward(r, fin, out32, f, family_scratch, s);
+    if (conv_state_out) {
+      record_conv_state_out(r, fin, *conv_state_out, f.B, f.T);
+      r.mark("conv_state_out");
+    }
+    record_cast(r, out32, out, "out");
+  }
+
+  // One backward of a part (or of the whole call) from its tape: g's input gradients of its rows, the
+  // parameters' gradients added to g's where `accumulate`.
+  void record_backward_part(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g,
+                            const States& s, bool accumulate) {
+    const DeviceInputs fin = f32_inputs(st.inputs);
+    const Tensor dout32 = f32_of(dout, f32.dout);
+    DeviceGrads g32 = g;
+    g32.dqkv = f32_of(g.dqkv, f32.dqkv);
+    g32.dz = f32_of(g.dz, f32.dz);
+    g32.da = f32_of(g.da, f32.da);
+    g32.db = f32_of(g.db, f32.db);
+    record_widen(r, st.inputs, fin);
+    record_cast(r, dout, dout32, "dout");
+    family->record_backward(r, fin, st.fwd, dout32, g32, bwd, param_work[0], s);
+    if (cfg.param_grads) record_param_grads(r, st, fin.z, dout32, g32, accumulate);
+    record_cast(r, g32.dqkv, g.dqkv, "dqkv");
+    record_cast(r, g32.dz, g.dz, "dz");
+    record_cast(r, g32.da, g.da, "da");
+    record_cast(r, g32.db, g.db, "db");
+  }
+
+  // ---- calls run as parts (layer_parts.cpp) ----
+  // The parts of a call of B windows of T tokens: one (the call) where every buffer fits one storage
+  // binding and T is within Config::part_tokens, else groups of whole windows, else runs of tokens of
+  // one window (a multiple of the checkpoint interval; the state carried from one to the next).
+  std::vector<Part> plan_parts(int B, int T) const;
+  void forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
+                     const std::vector<Part>& plan);
+  void backward_parts(const TapeState& st, const Tensor& dout, const DeviceGrads& g, const DeviceCarry* dcarry);
 
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g, const DeviceCarry* dcarry) {
     const TapeState* st = tape_state_ptr(tape);
     check_tape(st);
-    const int B = st->fwd.B, T = st->fwd.T;
+    const int B = st->B, T = st->T;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
     States s;
     if (!st->inputs.h0.empty()) s.flags |= kStateH0;
@@ -460,26 +556,16 @@ struct LayerImpl {
     for (const auto& x : grads)
       if (x.t->empty()) *x.t = Tensor(ctx, x.shape, x.name, x.dtype);
     if (!in.h0.empty()) s.dh0 = g.dh0;
-    ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
-    ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
     if (cfg.check_finite) check_inputs_finite("backward", {&dout, &s.dht, &s.dconv_out});
-    const DeviceInputs fin = f32_inputs(in);
-    const Tensor dout32 = f32_of(dout, f32.dout);
-    DeviceGrads g32 = g;
-    g32.dqkv = f32_of(g.dqkv, f32.dqkv);
-    g32.dz = f32_of(g.dz, f32.dz);
-    g32.da = f32_of(g.da, f32.da);
-    g32.db = f32_of(g.db, f32.db);
-    run([&](gpu::Recorder& r) {
-      record_widen(r, in, fin);
-      record_cast(r, dout, dout32, "dout");
-      family->record_backward(r, fin, st->fwd, dout32, g32, bwd, param_work[0], s);
-      if (cfg.param_grads) record_param_grads(r, *st, fin.z, dout32, g32);
-      record_cast(r, g32.dqkv, g.dqkv, "dqkv");
-      record_cast(r, g32.dz, g.dz, "dz");
-      record_cast(r, g32.da, g.da, "da");
-      record_cast(r, g32.db, g.db, "db");
-    });
+    if (st->part_tapes.empty()) {
+      ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
+      ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
+    }
+    if (st->part_tapes.empty()) {
+      run([&](gpu::Recorder& r) { record_backward_part(r, *st, dout, g, s, false); });
+    } else {
+      backward_parts(*st, dout, g, dcarry);
+    }
     if (cfg.check_finite)
       check_outputs_finite("backward", {&g.dqkv, &g.dz, &g.da, &g.db, &g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm,
                                         &g.dh0, &g.dconv_state});

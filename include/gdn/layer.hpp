@@ -61,6 +61,11 @@ struct Config {
                                  // outputs and names the first NaN or Inf (an input's:
                                  // std::invalid_argument; an output's: gdn::Error). Slow. Also on
                                  // where the environment sets GDN_CHECK_FINITE=1
+  int part_tokens = 0;           // a call whose buffers would exceed one storage binding's range runs
+                                 // as parts (groups of whole windows, else runs of tokens of one
+                                 // window with the state carried between them: docs/spec.md, "Long
+                                 // calls"); > 0: also windows longer than this many tokens (rounded
+                                 // down to a multiple of the checkpoint interval). 0: only where needed
 
   // C: q heads | k heads | v heads; nv * D. In 64 bits: exact for any int nv, nk.
   std::int64_t channels() const { return (2 * std::int64_t(nk) + nv) * kHeadDim; }

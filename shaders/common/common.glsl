@@ -29,6 +29,7 @@ layout(push_constant) uniform Push {
 #define STATE_CONV 2u        // conv_state given
 #define STATE_CARRY 4u       // forward: write ht; backward: dht given
 #define STATE_DCONV_OUT 8u   // backward: the gradient of the conv state out given
+#define PARAM_ACCUMULATE 16u // param_sum: add to the parameters' gradients (a call run as parts)
 bool has(uint flag) { return (pc.flags & flag) != 0u; }
 
 // y, the conv output the recurrences read, holds only the v channels: [B, T, nv*D] (q and k leave

@@ -7,6 +7,8 @@
 //   da_log[h]    = sum_{b,t} da[b, t, h] * softplus(x) / sigmoid(x),  x = a + dt_bias
 // (d log g / d a_log = -exp(a_log) softplus(x), d log g / d a = -exp(a_log) sigmoid(x): their ratio
 // turns da into da_log's terms; it is 1 + e^x / 2 to fp32 accuracy below x = -20.)
+// With PARAM_ACCUMULATE the sums are added to what the outputs hold (a call run as parts: each part's
+// backward adds its own, in the parts' fixed order).
 #include "common.glsl"
 layout(local_size_x = 256) in;
 #define WG 256u
@@ -19,12 +21,15 @@ layout(set = 0, binding = 0) readonly buffer DconvPart { float dconv_part[]; }; 
 layout(set = 0, binding = 1) readonly buffer Part { float part[]; };             // [groups][D]
 layout(set = 0, binding = 2) readonly buffer Da { float da[]; };                 // [B, T, nv]
 layout(set = 0, binding = 3) readonly buffer Gates { float gates[]; };           // [3][B, T, nv]: a + dt_bias at [2]
-layout(set = 0, binding = 4) writeonly buffer Dconv { float dconv[]; };          // [C, K]
-layout(set = 0, binding = 5) writeonly buffer Dnorm { float dnorm[]; };          // [D]
-layout(set = 0, binding = 6) writeonly buffer DdtBias { float ddt_bias[]; };     // [nv]
-layout(set = 0, binding = 7) writeonly buffer DaLog { float da_log[]; };         // [nv]
+layout(set = 0, binding = 4) buffer Dconv { float dconv[]; };          // [C, K]
+layout(set = 0, binding = 5) buffer Dnorm { float dnorm[]; };          // [D]
+layout(set = 0, binding = 6) buffer DdtBias { float ddt_bias[]; };     // [nv]
+layout(set = 0, binding = 7) buffer DaLog { float da_log[]; };         // [nv]
 
 shared vec2 tree[WG];
+
+// The value an output takes for this backward's sum s: s, or s added to the earlier parts'.
+float total_of(float held, float s) { return has(PARAM_ACCUMULATE) ? held + s : s; }
 
 // softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x)
 float sp_over_sig(float x) { return x < -20.0 ? 1.0 + 0.5 * exp(x) : softplus(x) * (1.0 + exp(-x)); }
@@ -54,7 +59,7 @@ void main() {
     const uint j = i / C, c = i % C;
     float s = 0.0;
     for (uint b = 0u; b < blocks; ++b) s += dconv_part[(b * KT + j) * C + c];
-    dconv[c * KT + j] = s;
+    dconv[c * KT + j] = total_of(dconv[c * KT + j], s);
     return;
   }
   g -= conv_groups;
@@ -63,7 +68,7 @@ void main() {
     float s = 0.0;
     for (uint q = tid; q < groups; q += WG) s += part[q * D + g];
     const float total = tree_sum(vec2(s, 0.0), tid).x;
-    if (tid == 0u) dnorm[g] = total;
+    if (tid == 0u) dnorm[g] = total_of(dnorm[g], total);
     return;
   }
   g -= D;
@@ -75,8 +80,8 @@ void main() {
     }
     const vec2 total = tree_sum(s, tid);
     if (tid == 0u) {
-      ddt_bias[g] = total.x;
-      da_log[g] = total.y;
+      ddt_bias[g] = total_of(ddt_bias[g], total.x);
+      da_log[g] = total_of(da_log[g], total.y);
     }
   }
 }

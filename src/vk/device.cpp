@@ -406,10 +406,10 @@ std::uint32_t Device::memory_type(std::uint32_t type_bits, vk::MemoryPropertyFla
   return UINT32_MAX;
 }
 
-std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t bytes) {
+std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t bytes, bool bound_whole) {
   const std::lock_guard lock(mutex_);
   bytes = std::max<std::size_t>(bytes, 4);
-  if (bytes > info_.max_storage_buffer_range)
+  if (bound_whole && bytes > info_.max_storage_buffer_range)
     throw Error("buffer '" + name + "' needs " + bytes_str(bytes) + " (" + std::to_string(bytes) +
                 " bytes), over this device's maxStorageBufferRange of " + bytes_str(info_.max_storage_buffer_range) +
                 "; use fewer windows (B) or tokens (T) per call");
@@ -442,7 +442,8 @@ std::unique_ptr<Buffer> Device::create_buffer(std::string name, std::size_t byte
   return b;
 }
 
-std::unique_ptr<Buffer> Device::borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes) {
+std::unique_ptr<Buffer> Device::borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes,
+                                              bool bound_whole) {
   if (buffer == VK_NULL_HANDLE) throw std::invalid_argument("tensor '" + name + "': a null VkBuffer");
   if (offset % 4 != 0)
     throw std::invalid_argument("tensor '" + name + "': offset " + std::to_string(offset) + " is not a multiple of 4");
@@ -450,7 +451,7 @@ std::unique_ptr<Buffer> Device::borrow_buffer(std::string name, VkBuffer buffer,
     throw std::invalid_argument("tensor '" + name + "': offset " + std::to_string(offset) +
                                 " is not a multiple of the device's minStorageBufferOffsetAlignment (" +
                                 std::to_string(info_.min_storage_buffer_offset_alignment) + ")");
-  if (bytes > info_.max_storage_buffer_range)
+  if (bound_whole && bytes > info_.max_storage_buffer_range)
     throw Error("tensor '" + name + "' spans " + bytes_str(bytes) + ", over this device's maxStorageBufferRange of " +
                 bytes_str(info_.max_storage_buffer_range));
   auto b = std::make_unique<Buffer>();

@@ -152,12 +152,14 @@ class Device {
 
   const DeviceInfo& info() const { return info_; }
 
-  /// A device-local storage buffer; refuses sizes over maxStorageBufferRange or the heap with a
-  /// gdn::Error naming the buffer, its size and the limit.
-  std::unique_ptr<Buffer> create_buffer(std::string name, std::size_t bytes);
+  /// A device-local storage buffer; refuses sizes over the heap, and where it is `bound_whole` (bound
+  /// to one storage binding as a whole) over maxStorageBufferRange, with a gdn::Error naming the
+  /// buffer, its size and the limit.
+  std::unique_ptr<Buffer> create_buffer(std::string name, std::size_t bytes, bool bound_whole = true);
   /// Bytes [offset, offset + bytes) of a caller's VkBuffer (created on this device with storage and
   /// transfer usage), borrowed: used, never destroyed.
-  std::unique_ptr<Buffer> borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes);
+  std::unique_ptr<Buffer> borrow_buffer(std::string name, VkBuffer buffer, std::size_t offset, std::size_t bytes,
+                                        bool bound_whole = true);
   void upload(const Buffer& dst, std::span<const std::byte> src, std::size_t offset = 0);
   void download(const Buffer& src, std::span<std::byte> dst, std::size_t offset = 0);
 

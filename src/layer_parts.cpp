@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+// Calls run as parts (docs/spec.md, "Long calls"): where a call's buffers would exceed one storage
+// binding's range, it runs as groups of whole windows, else as runs of tokens of one window with the
+// recurrent and conv states carried from each run to the next (forward) and their gradients carried
+// back (backward): the same arithmetic as one call over the window, parts bound as views of the
+// call's tensors.
+#include <algorithm>
+
+#include "layer_impl.hpp"
+
+namespace gdn::detail {
+
+std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
+  const std::uint64_t range = dev.info().max_storage_buffer_range;
+  const std::uint64_t C = std::uint64_t(cfg.channels()), V = std::uint64_t(cfg.value_dim());
+  // Whether nb windows of nt tokens fit: every buffer the family declares, the workspaces, the
+  // boundary tensors' rows (as float32: their stand-ins) and the states.
+  auto fits = [&](int nb, int nt) {
+    auto within = [&](const std::vector<BufferDecl>& ds) {
+      return std::ranges::all_of(ds, [&](const BufferDecl& d) { return d.floats * kF <= range; });
+    };
+    const std::uint64_t rows = std::uint64_t(nb) * std::uint64_t(nt);
+    return within(family->forward_buffers(nb, nt, true)) && within(family->backward_buffers(nb, nt)) &&
+           within(family->scratch_buffers(nb, nt)) && within(param_buffers(nb, nt)) && rows * C * kF <= range &&
+           rows * V * kF <= range && std::uint64_t(nb) * cfg.nv * kD * kD * kF <= range;
+  };
+  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
+  if (T <= cap && fits(B, T)) return {Part{0, B, 0, T}};
+  std::vector<Part> plan;
+  if (T <= cap && fits(1, T)) {  // groups of whole windows: the most that fit
+    int lo = 1, hi = B;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      (fits(mid, T) ? lo : hi) = fits(mid, T) ? mid : mid - 1;
+    }
+    for (int b0 = 0; b0 < B; b0 += lo) plan.push_back({b0, std::min(lo, B - b0), 0, T});
+    return plan;
+  }
+  // runs of one window's tokens: the longest multiple of the interval that fits
+  const int q = family->interval(T);
+  int lo = 0, hi = std::min(T, cap) / q;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (fits(1, mid * q)) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo == 0)
+    throw Error("layer: one window's run of " + std::to_string(q) +
+                " tokens (the checkpoint interval) needs buffers over this device's maxStorageBufferRange of " +
+                std::to_string(range) + " bytes");
+  const int nt = lo * q;
+  for (int b = 0; b < B; ++b)
+    for (int t0 = 0; t0 < T; t0 += nt) plan.push_back({b, 1, t0, std::min(nt, T - t0)});
+  return plan;
+}
+
+namespace {
+// Rows b0*T + t0 .. of a [B, T, ...] tensor for part p, as [nb, nt, ...]; empty stays empty.
+std::vector<std::int64_t> part_shape(const Tensor& t, const Part& p) {
+  std::vector<std::int64_t> s = t.shape();
+  s[0] = p.nb;
+  s[1] = p.nt;
+  return s;
+}
+std::int64_t row_elems(const Tensor& t) { return t.numel() / (t.shape()[0] * t.shape()[1]); }
+}  // namespace
+
+// Forward: each part from its inputs (views of the call's rows; a and b copied, their rows need not
+// lie at an aligned offset), the state the part before it in its window left (else the call's h0 and
+// conv_state windows), writing the call's out rows and the state for the part after it (else the
+// call's carry). With a tape, each part keeps its own.
+void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
+                              const std::vector<Part>& plan) {
+  const int T = int(in.qkv.shape()[1]);
+  const Part& big = plan.front();  // the largest: the workspaces grow to it once
+  ensure(family_scratch, big.nb, big.nt, false, [&] { return family->scratch_buffers(big.nb, big.nt); }, true);
+  if (!tape) ensure(scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); }, true);
+  auto windows = [&](const Tensor& t, const Part& p, const char* name) {  // windows b0 .. b0+nb of [B, ...]
+    if (t.empty()) return Tensor();
+    std::vector<std::int64_t> s = t.shape();
+    s[0] = p.nb;
+    return sub_tensor(t, p.b0 * (t.numel() / t.shape()[0]), s, name);
+  };
+  auto rows = [&](const Tensor& t, const Part& p) {
+    return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
+  };
+  std::vector<std::shared_ptr<TapeState>> parts;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const Part& p = plan[i];
+    auto pt = std::make_shared<TapeState>();
+    pt->layer_id = id;
+    pt->B = p.nb;
+    pt->T = p.nt;
+    DeviceInputs& pin = pt->inputs;
+    pin.qkv = rows(in.qkv, p);
+    pin.z = rows(in.z, p);
+    pin.a = Tensor(ctx, part_shape(in.a, p), "a (part)", in.a.dtype());
+    pin.b = Tensor(ctx, part_shape(in.b, p), "b (part)", in.b.dtype());
+    pt->owned = {pin.a, pin.b};
+    if (p.t0 == 0) {
+      pin.h0 = windows(in.h0, p, "h0");
+      pin.conv_state = windows(in.conv_state, p, "conv_state");
+    } else {  // the state the part before left
+      pin.h0 = Tensor(ctx, state_shape(1), "state between parts");
+      pin.conv_state = Tensor(ctx, conv_state_shape(1), "conv state between parts");
+      pt->owned.push_back(pin.h0);
+      pt->owned.push_back(pin.conv_state);
+    }
+    if (tape) ensure(pt->fwd, p.nb, p.nt, true, [&] { return family->forward_buffers(p.nb, p.nt, true); });
+    parts.push_back(std::move(pt));
+  }
+  if (tape) {  // its earlier parts or buffers go: no recorded work may still use them
+    const TapeState& old = tape_state(*tape);
+    if (old.recorded()) refuse_if_outstanding(plan.front().nb, plan.front().nt);
+  } else {  // the parts live until the work is done
+    for (auto& pt : parts) retired.push_back(pt);
+  }
+  run([&](gpu::Recorder& r) {
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const Part& p = plan[i];
+      TapeState& pt = *parts[i];
+      const std::size_t ab = std::size_t(p.nb) * p.nt * cfg.nv * dtype_bytes(in.a.dtype()),
+                        at = (std::size_t(p.b0) * T + p.t0) * cfg.nv;
+      r.copy(*storage_of(in.a).buffer, at * dtype_bytes(in.a.dtype()), *storage_of(pt.inputs.a).buffer, 0, ab, false);
+      r.copy(*storage_of(in.b).buffer, at * dtype_bytes(in.b.dtype()), *storage_of(pt.inputs.b).buffer, 0,
+             std::size_t(p.nb) * p.nt * cfg.nv * dtype_bytes(in.b.dtype()), true);
+      const bool last = p.t0 + p.nt == T;  // of its window
+      States s;
+      if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
+      if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
+      Tensor conv_out;
+      if (!last) {
+        s.ht = parts[i + 1]->inputs.h0;
+        conv_out = parts[i + 1]->inputs.conv_state;
+      } else if (carry) {
+        s.ht = windows(carry->ht, p, "ht");
+        conv_out = windows(carry->conv_state, p, "conv_state out");
+      }
+      if (!s.ht.empty()) s.flags |= kStateCarry;
+      BufferSet* f = &pt.fwd;
+      if (!tape) {
+        ensure(scratch_fwd, p.nb, p.nt, false, [&] { return family->forward_buffers(p.nb, p.nt, false); }, true);
+        f = &scratch_fwd;
+      }
+      record_forward_part(r, pt.inputs, rows(out, p), *f, s, conv_out.empty() ? nullptr : &conv_out);
+    }
+  });
+  if (tape) {
+    auto& st = tape_state(*tape);
+    st = TapeState{};
+    st.layer_id = id;
+    st.B = int(in.qkv.shape()[0]);
+    st.T = T;
+    st.inputs = in;
+    st.parts = plan;
+    st.part_tapes = std::move(parts);
+  }
+}
+
+// Backward: the parts in reverse order (within a window, the last first), each from its tape with
+// the gradients of the states it left (the part after it's dh0 and conv-state gradient, else the
+// call's dcarry), writing the call's gradient rows (da, db through copies) and the parameters'
+// gradients added up over the parts in that fixed order.
+void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const DeviceGrads& g, const DeviceCarry* dcarry) {
+  const std::vector<Part>& plan = st.parts;
+  const int T = st.T;
+  const Part& big = plan.front();
+  ensure(bwd, big.nb, big.nt, true, [&] { return family->backward_buffers(big.nb, big.nt); }, true);
+  ensure(param_work, big.nb, big.nt, true, [&] { return param_buffers(big.nb, big.nt); }, true);
+  auto windows = [&](const Tensor& t, const Part& p, const char* name) {
+    if (t.empty()) return Tensor();
+    std::vector<std::int64_t> s = t.shape();
+    s[0] = p.nb;
+    return sub_tensor(t, p.b0 * (t.numel() / t.shape()[0]), s, name);
+  };
+  auto rows = [&](const Tensor& t, const Part& p) {
+    return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
+  };
+  // the gradients of the states between parts: part i's dh0 and dconv_state, for part i-1
+  std::vector<Tensor> dh0(plan.size()), dcs(plan.size()), da(plan.size()), db(plan.size());
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].t0 > 0) {
+      dh0[i] = Tensor(ctx, state_shape(1), "state gradient between parts");
+      dcs[i] = Tensor(ctx, conv_state_shape(1), "conv state gradient between parts");
+    }
+    da[i] = Tensor(ctx, part_shape(g.da, plan[i]), "da (part)", g.da.dtype());
+    db[i] = Tensor(ctx, part_shape(g.db, plan[i]), "db (part)", g.db.dtype());
+  }
+  for (auto* v : {&dh0, &dcs, &da, &db})  // they live until the work is done
+    for (auto& t : *v)
+      if (!t.empty()) retired.push_back(std::make_shared<Tensor>(t));
+  run([&](gpu::Recorder& r) {
+    bool first = true;
+    for (std::size_t i = plan.size(); i-- > 0;) {
+      const Part& p = plan[i];
+      const TapeState& pt = *st.part_tapes[i];
+      const bool last = p.t0 + p.nt == T;
+      States s;
+      if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
+      if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
+      if (!last) {
+        s.dht = dh0[i + 1];
+        s.dconv_out = dcs[i + 1];
+      } else if (dcarry) {
+        s.dht = windows(dcarry->ht, p, "dht");
+        s.dconv_out = windows(dcarry->conv_state, p, "dconv_state out");
+      }
+      if (!s.dht.empty()) s.flags |= kStateCarry;
+      if (!s.dconv_out.empty()) s.flags |= kStateDconvOut;
+      DeviceGrads gp = g;
+      gp.dqkv = rows(g.dqkv, p);
+      gp.dz = rows(g.dz, p);
+      gp.da = da[i];
+      gp.db = db[i];
+      gp.dh0 = p.t0 > 0 ? dh0[i] : windows(g.dh0, p, "dh0");
+      gp.dconv_state = p.t0 > 0 ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
+      if (!pt.inputs.h0.empty()) s.dh0 = gp.dh0;
+      ensure(bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
+      ensure(param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);
+      record_backward_part(r, pt, rows(dout, p), gp, s, !first);
+      first = false;
+      const std::size_t at = (std::size_t(p.b0) * T + p.t0) * cfg.nv;
+      for (auto [from, to] : {std::pair{&da[i], &g.da}, {&db[i], &g.db}}) {
+        const std::size_t e = dtype_bytes(to->dtype());
+        r.copy(*storage_of(*from).buffer, 0, *storage_of(*to).buffer, at * e, std::size_t(from->numel()) * e, false);
+      }
+      r.barrier();
+    }
+  });
+}
+
+}  // namespace gdn::detail
