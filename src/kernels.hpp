@@ -42,6 +42,8 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
 /// Push::flags of param_sum, as common.glsl's PARAM_ACCUMULATE.
 inline constexpr std::uint32_t kParamAccumulate = 16;
+/// Push::flags of the conv kernels: qkv, dqkv bfloat16 (common.glsl's BF16_QKV, BF16_DQKV).
+inline constexpr std::uint32_t kBf16Qkv = 32, kBf16Dqkv = 64;
 
 /// The device's pipeline for an embedded shader and specialization (built once per device, shared by
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).

@@ -77,8 +77,8 @@ std::size_t Layer::workspace_bytes() const {
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db, &m.host_in.h0, &m.host_in.conv_state,
                           &m.host_carry.ht, &m.host_carry.conv_state, &m.host_dcarry.ht, &m.host_dcarry.conv_state,
-                          &m.host_grads.dh0, &m.host_grads.dconv_state, &m.f32.qkv, &m.f32.z, &m.f32.a,
-                          &m.f32.b, &m.f32.out, &m.f32.dout, &m.f32.dqkv, &m.f32.dz, &m.f32.da, &m.f32.db})
+                          &m.host_grads.dh0, &m.host_grads.dconv_state, &m.f32.z, &m.f32.a,
+                          &m.f32.b, &m.f32.out, &m.f32.dout, &m.f32.dz, &m.f32.da, &m.f32.db})
     n += t->bytes();
   return n;
 }

@@ -184,7 +184,7 @@ struct LayerImpl {
   // their passes and a bfloat16 output is stored from one after them (shaders/common/to_f32.comp,
   // to_bf16.comp). The stand-ins are kept between calls of one shape.
   struct StandIns {
-    Tensor qkv, z, a, b, out, dout, dqkv, dz, da, db;
+    Tensor z, a, b, out, dout, dz, da, db;  // (qkv and dqkv: the conv kernels read and write bfloat16)
   };
   StandIns f32;
   std::optional<CastKernels> casts;  // built at the first bfloat16 call
@@ -223,17 +223,16 @@ struct LayerImpl {
       r.mark(std::string("to_bf16 ") + role);
     }
   }
-  // The float32 inputs the family reads for `in` (its bfloat16 streams' stand-ins).
+  // The inputs the family reads for `in`: its bfloat16 streams' float32 stand-ins, but qkv as it is
+  // (the conv kernels read bfloat16 qkv themselves: Push::flags kBf16Qkv).
   DeviceInputs f32_inputs(const DeviceInputs& in) {
     DeviceInputs f = in;
-    f.qkv = f32_of(in.qkv, f32.qkv);
     f.z = f32_of(in.z, f32.z);
     f.a = f32_of(in.a, f32.a);
     f.b = f32_of(in.b, f32.b);
     return f;
   }
   void record_widen(gpu::Recorder& r, const DeviceInputs& in, const DeviceInputs& f) const {
-    record_cast(r, in.qkv, f.qkv, "qkv");
     record_cast(r, in.z, f.z, "z");
     record_cast(r, in.a, f.a, "a");
     record_cast(r, in.b, f.b, "b");
@@ -298,8 +297,9 @@ struct LayerImpl {
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
   // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: copies of qkv's rows
   // and, for a window shorter than K-1, conv_state's (zero without one).
-  void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) const {
-    const std::size_t row = std::size_t(cfg.channels()) * kF, K1 = std::size_t(cfg.conv_taps - 1);
+  void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) {
+    const std::size_t C = std::size_t(cfg.channels()), row = C * kF, K1 = std::size_t(cfg.conv_taps - 1);
+    const bool bf16 = in.qkv.dtype() == DType::BFloat16;
     const gpu::Buffer& dst = *storage_of(out_state).buffer;
     for (std::size_t b = 0; b < std::size_t(B); ++b) {
       const std::size_t from_qkv = std::min<std::size_t>(K1, T), from_state = K1 - from_qkv;
@@ -307,7 +307,14 @@ struct LayerImpl {
         if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row, false);
         else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row, false);
       }
-      r.copy(*storage_of(in.qkv).buffer, (b * T + (T - from_qkv)) * row, dst, (b * K1 + from_state) * row, from_qkv * row, false);
+      const std::size_t src_row = b * T + (T - from_qkv), dst_row = b * K1 + from_state;
+      if (!bf16) {
+        r.copy(*storage_of(in.qkv).buffer, src_row * row, dst, dst_row * row, from_qkv * row, false);
+      } else {  // widened (rows of C bfloat16 elements start at aligned offsets: C is a multiple of 128)
+        const std::int64_t n = std::int64_t(from_qkv * C);
+        record_cast(r, sub_tensor(in.qkv, std::int64_t(src_row * C), {n}, in.qkv.name()),
+                    sub_tensor(out_state, std::int64_t(dst_row * C), {n}, out_state.name()), "conv_state_out");
+      }
     }
     r.barrier();  // the copies write disjoint rows: one barrier after them all
   }
@@ -465,8 +472,10 @@ struct LayerImpl {
                            const States& s, const Tensor* conv_state_out) {
     const DeviceInputs fin = f32_inputs(in);
     const Tensor out32 = f32_of(out, f32.out);
+    States sb = s;
+    if (in.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
     record_widen(r, in, fin);
-    family->record_forward(r, fin, out32, f, family_scratch, s);
+    family->record_forward(r, fin, out32, f, family_scratch, sb);
     if (conv_state_out) {
       record_conv_state_out(r, fin, *conv_state_out, f.B, f.T);
       r.mark("conv_state_out");
@@ -480,16 +489,17 @@ struct LayerImpl {
                             const States& s, bool accumulate) {
     const DeviceInputs fin = f32_inputs(st.inputs);
     const Tensor dout32 = f32_of(dout, f32.dout);
-    DeviceGrads g32 = g;
-    g32.dqkv = f32_of(g.dqkv, f32.dqkv);
+    DeviceGrads g32 = g;  // dqkv as it is: conv_bwd stores bfloat16 itself (kBf16Dqkv)
     g32.dz = f32_of(g.dz, f32.dz);
     g32.da = f32_of(g.da, f32.da);
     g32.db = f32_of(g.db, f32.db);
     record_widen(r, st.inputs, fin);
     record_cast(r, dout, dout32, "dout");
-    family->record_backward(r, fin, st.fwd, dout32, g32, bwd, param_work[0], s);
+    States sb = s;
+    if (fin.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
+    if (g.dqkv.dtype() == DType::BFloat16) sb.flags |= kBf16Dqkv;
+    family->record_backward(r, fin, st.fwd, dout32, g32, bwd, param_work[0], sb);
     if (cfg.param_grads) record_param_grads(r, st, fin.z, dout32, g32, accumulate);
-    record_cast(r, g32.dqkv, g.dqkv, "dqkv");
     record_cast(r, g32.dz, g.dz, "dz");
     record_cast(r, g32.da, g.da, "da");
     record_cast(r, g32.db, g.db, "db");

@@ -105,14 +105,18 @@ TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
   const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
   Tensor out;
   Tape tape;
-  layer.forward(in, out, &tape);
+  DeviceCarry carry;
+  layer.forward(in, out, &tape, &carry);
   DeviceGrads g;
   layer.backward(tape, dout, g);
   for (const Tensor* t : {&out, &g.dqkv, &g.dz, &g.da, &g.db}) EXPECT_EQ(t->dtype(), bf) << t->name();
+  EXPECT_EQ(carry.conv_state.dtype(), DType::Float32);
   for (const Tensor* t : {&g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
     EXPECT_EQ(t->dtype(), DType::Float32) << t->name();
   std::printf("[gdn] %s, B %d, T %d, bfloat16 streams:\n", GetParam().name, B, T);
   check("out", out.download(), rounded(want.out), kBf16Tolerance);
+  check("ht", carry.ht.download(), want.ht, kTolerance);
+  check("conv_state out", carry.conv_state.download(), want.conv_state_out, 0);  // qkv's rows, widened
   check("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
   check("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
   check("da", g.da.download(), rounded(want.da), kBf16Tolerance);

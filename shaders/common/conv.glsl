@@ -30,9 +30,12 @@ uint conv_at(ConvBlock k, int t) { return ((k.b * pc.t + uint(t)) * pc.c_dim) / 
 // Element (b, row r, channel quad) of a [B, K-1, C] conv state as a vec4 index; row K-1+t holds t < 0.
 uint state_at(ConvBlock k, int r) { return ((k.b * (KT - 1u) + uint(r)) * pc.c_dim) / 4u + k.c4; }
 
+// qkv's channel quad at vec4 index i, float32 or (BF16_QKV) bfloat16.
+vec4 qkv_at(uint i) { return has(BF16_QKV) ? widen_bf16x4(qkv2[i]) : qkv4[i]; }
+
 // The raw input at t >= -(K-1): qkv's row, or before the window conv_state's (zero without one).
 vec4 input_at(ConvBlock k, int t) {
-  if (t >= 0) return qkv4[conv_at(k, t)];
+  if (t >= 0) return qkv_at(conv_at(k, t));
   return has(STATE_CONV) ? conv_state4[state_at(k, int(KT - 1u) + t)] : vec4(0.0);
 }
 

@@ -16,9 +16,11 @@
 layout(local_size_x = 64) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, C] raw projection
+layout(set = 0, binding = 0) readonly buffer Qkv2 { uvec2 qkv2[]; };  // the same, bfloat16 (BF16_QKV)
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) readonly buffer Dy { vec4 dy4[]; };      // [B, T, C] grad of y
 layout(set = 0, binding = 3) writeonly buffer Dqkv { vec4 dqkv4[]; }; // [B, T, C]
+layout(set = 0, binding = 3) writeonly buffer Dqkv2 { uvec2 dqkv2[]; };  // the same, bfloat16 (BF16_DQKV)
 layout(set = 0, binding = 4) writeonly buffer DconvPart { vec4 dconv_part4[]; };  // [B, ceil(T/TB), K, C/4] per block
 layout(set = 0, binding = 5) readonly buffer ConvState { vec4 conv_state4[]; };    // [B, K-1, C] (STATE_CONV)
 layout(set = 0, binding = 6) writeonly buffer DconvState { vec4 dconv_state4[]; }; // [B, K-1, C]
@@ -76,7 +78,8 @@ void main() {
       vec4 acc = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
       if (has(STATE_DCONV_OUT) && u >= out_from) acc += dconv_out4[state_at(k, u - out_from)];
-      dqkv4[conv_at(k, u)] = acc;
+      if (has(BF16_DQKV)) dqkv2[conv_at(k, u)] = round_bf16x4(acc);
+      else dqkv4[conv_at(k, u)] = acc;
     }
     [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
   }

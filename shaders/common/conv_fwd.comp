@@ -10,6 +10,7 @@
 layout(local_size_x = 64) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkv { vec4 qkv4[]; };    // [B, T, C] raw projection
+layout(set = 0, binding = 0) readonly buffer Qkv2 { uvec2 qkv2[]; };  // the same, bfloat16 (BF16_QKV)
 layout(set = 0, binding = 1) readonly buffer Conv { float conv[]; };  // [C, K]
 layout(set = 0, binding = 2) writeonly buffer Y { vec4 y4[]; };       // [B, T, nv*D] conv + silu of the v channels
 layout(set = 0, binding = 3) writeonly buffer Qkn4 { vec4 qkn4[]; };  // [2][B, T, nk, D/4] q^, k^
@@ -39,7 +40,7 @@ void main() {
       y[s] = vec4(0.0);
       if (k.t0 + s >= pc.t) continue;
       const int t = int(k.t0 + s);
-      x[KT - 1u] = qkv4[conv_at(k, t)];
+      x[KT - 1u] = qkv_at(conv_at(k, t));
       vec4 pre = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
       y[s] = silu(pre);

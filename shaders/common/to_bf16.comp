@@ -1,18 +1,11 @@
 #version 460
-// A float32 result stored into a bfloat16 boundary tensor, rounded to nearest even (gdn::to_bfloat16
-// in include/gdn/tensor.hpp): pc.n elements, one 4-byte word (two elements) per invocation.
+// A float32 result stored into a bfloat16 boundary tensor, rounded to nearest even (bf16_bits,
+// common.glsl): pc.n elements, one 4-byte word (two elements) per invocation.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
 layout(set = 0, binding = 0) readonly buffer Src { float src[]; };   // [n]
 layout(set = 0, binding = 1) buffer Dst { uint dst[]; };             // [ceil(n/2)] bfloat16 pairs
-
-// x's bfloat16 bits: ties to even, overflow to Inf, NaN kept quiet.
-uint bf16_bits(float x) {
-  const uint u = floatBitsToUint(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
-  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
 
 void main() {
   const uint i = linear_group() * 256u + gl_LocalInvocationIndex;
