@@ -32,6 +32,7 @@ struct Options {
   bool states = false;       // --states
   bool param_grads = true;   // --no-param-grads: false
   bool bf16 = false;         // --bf16
+  std::vector<std::int64_t> seqlens;  // --seqlens: packed sequences of these lengths
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
   std::string json;
@@ -64,6 +65,14 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--states") o.states = true;
     else if (a == "--no-param-grads") o.param_grads = false;
     else if (a == "--bf16") o.bf16 = true;
+    else if (a == "--seqlens") {
+      std::string v = value(), item;
+      for (std::size_t at = 0; at <= v.size();) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        o.seqlens.push_back(parse_int(a, v.substr(at, comma - at), 1));
+        at = comma + 1;
+      }
+    }
     else if (a == "--repeats") o.repeats = parse_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
     else if (a == "--json") o.json = value();
@@ -136,7 +145,8 @@ std::string usage() {
          "  --states: every call carries state: h0 and conv_state in, ht and the conv state out, and their\n"
          "    gradients through the backward.\n"
          "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n"
-         "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n";
+         "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n"
+         "  --seqlens L1,L2,...: one stream of packed sequences of these lengths (B 1, T their sum).\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -156,6 +166,11 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     const auto& dev = ctx->device();
     const bool cpu = dev.type == "cpu";
     // Shape: a 27B model's layer on a GPU; something that finishes in seconds on a CPU driver.
+    if (!o.seqlens.empty()) {
+      o.B = 1;
+      o.T = 0;
+      for (auto L : o.seqlens) o.T += int(L);
+    }
     const bool default_shape = o.B == 0 && o.T == 0 && o.nv == 0 && o.nk == 0;
     if (o.B == 0) o.B = cpu ? 1 : 8;
     if (o.T == 0) o.T = cpu ? 64 : 512;
@@ -192,11 +207,17 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     Tape tape;
     DeviceGrads grads;
     DeviceCarry carry, dcarry;
+    std::int64_t S = B;  // the states' rows
+    if (!o.seqlens.empty()) {
+      in.cu_seqlens = {0};
+      for (auto L : o.seqlens) in.cu_seqlens.push_back(in.cu_seqlens.back() + L);
+      S = std::int64_t(o.seqlens.size());
+    }
     if (o.states) {
-      in.h0 = random_tensor(ctx, {B, cfg.nv, kHeadDim, kHeadDim}, "h0", 15);
-      in.conv_state = random_tensor(ctx, {B, cfg.conv_taps - 1, cfg.channels()}, "conv_state", 16);
-      dcarry = {random_tensor(ctx, {B, cfg.nv, kHeadDim, kHeadDim}, "dht", 17),
-                random_tensor(ctx, {B, cfg.conv_taps - 1, cfg.channels()}, "dconv_state out", 18)};
+      in.h0 = random_tensor(ctx, {S, cfg.nv, kHeadDim, kHeadDim}, "h0", 15);
+      in.conv_state = random_tensor(ctx, {S, cfg.conv_taps - 1, cfg.channels()}, "conv_state", 16);
+      dcarry = {random_tensor(ctx, {S, cfg.nv, kHeadDim, kHeadDim}, "dht", 17),
+                random_tensor(ctx, {S, cfg.conv_taps - 1, cfg.channels()}, "dconv_state out", 18)};
     }
 
     const double BT = double(B) * double(T), F = o.bf16 ? 2.0 : 4.0, D2 = double(kHeadDim) * kHeadDim;
@@ -235,6 +256,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "")
         << (o.states ? "; states carried in and out" : "") << (o.param_grads ? "" : "; no parameter gradients")
         << (o.bf16 ? "; bfloat16 boundary tensors" : "")
+        << (o.seqlens.empty() ? "" : "; " + std::to_string(o.seqlens.size()) + " packed sequences")
         << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " GFLOP/s\n";

@@ -257,9 +257,11 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   detail::expect_size("z", in.z.size(), BT * m.cfg.value_dim(), "[B, T, nv*D] = [" + bt + std::to_string(m.cfg.value_dim()) + "]");
   detail::expect_size("a", in.a.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
   detail::expect_size("b", in.b.size(), BT * m.cfg.nv, "[B, T, nv] = [" + bt + std::to_string(m.cfg.nv) + "]");
-  const std::string b_ = std::to_string(batch) + ", ";
-  const std::size_t state = std::size_t(batch) * m.cfg.nv * kHeadDim * kHeadDim,
-                    conv_state = std::size_t(batch) * (m.cfg.conv_taps - 1) * m.cfg.channels();
+  // the states' rows: B, or the packed sequences (cu_seqlens itself is checked with the tensors)
+  const int S = in.cu_seqlens.empty() ? batch : int(std::max<std::size_t>(in.cu_seqlens.size(), 2) - 1);
+  const std::string b_ = std::to_string(S) + ", ";
+  const std::size_t state = std::size_t(S) * m.cfg.nv * kHeadDim * kHeadDim,
+                    conv_state = std::size_t(S) * (m.cfg.conv_taps - 1) * m.cfg.channels();
   if (!in.h0.empty())
     detail::expect_size("h0", in.h0.size(), state, "[B, nv, D, D] = [" + b_ + std::to_string(m.cfg.nv) + ", 128, 128]");
   if (!in.conv_state.empty())
@@ -283,16 +285,17 @@ std::vector<float> Layer::forward(int batch, int tokens, const HostInputs& in, T
   upload(m, dst->z, in.z);
   upload(m, dst->a, in.a);
   upload(m, dst->b, in.b);
-  upload_optional(m, dst->h0, m.ctx, in.h0, m.state_shape(batch), "h0");
-  upload_optional(m, dst->conv_state, m.ctx, in.conv_state, m.conv_state_shape(batch), "conv_state");
+  upload_optional(m, dst->h0, m.ctx, in.h0, m.state_shape(S), "h0");
+  upload_optional(m, dst->conv_state, m.ctx, in.conv_state, m.conv_state_shape(S), "conv_state");
+  dst->cu_seqlens.assign(in.cu_seqlens.begin(), in.cu_seqlens.end());
   reuse(m.host_out, m.ctx, {B, T, m.cfg.value_dim()}, "out");
   std::vector<float> out;
   download_into(m, m.host_out, out);
   DeviceCarry* dcarry = nullptr;
   HostCarry got;
   if (carry) {
-    reuse(m.host_carry.ht, m.ctx, m.state_shape(batch), "ht");
-    reuse(m.host_carry.conv_state, m.ctx, m.conv_state_shape(batch), "conv_state out");
+    reuse(m.host_carry.ht, m.ctx, m.state_shape(S), "ht");
+    reuse(m.host_carry.conv_state, m.ctx, m.conv_state_shape(S), "conv_state out");
     download_into(m, m.host_carry.ht, got.ht);
     download_into(m, m.host_carry.conv_state, got.conv_state);
     dcarry = &m.host_carry;
@@ -314,35 +317,35 @@ HostGrads Layer::backward(const Tape& tape, std::span<const float> dout, const H
   const std::lock_guard lock(m.calls);
   const auto* st = detail::LayerImpl::tape_state_ptr(tape);
   m.check_tape(st);
-  const std::int64_t B = st->B, T = st->T;
+  const std::int64_t B = st->B, T = st->T, S = st->S;
   detail::expect_size("dout", dout.size(), std::size_t(B * T) * m.cfg.value_dim(),
                       "[B, T, nv*D] = [" + std::to_string(B) + ", " + std::to_string(T) + ", " +
                           std::to_string(m.cfg.value_dim()) + "]");
-  const std::string b_ = std::to_string(B) + ", ";
+  const std::string b_ = std::to_string(S) + ", ";
   if (dcarry && !dcarry->ht.empty()) {
-    detail::expect_size("dht", dcarry->ht.size(), std::size_t(B) * m.cfg.nv * kHeadDim * kHeadDim,
+    detail::expect_size("dht", dcarry->ht.size(), std::size_t(S) * m.cfg.nv * kHeadDim * kHeadDim,
                         "[B, nv, D, D] = [" + b_ + std::to_string(m.cfg.nv) + ", 128, 128]");
   }
   if (dcarry && !dcarry->conv_state.empty())
     detail::expect_size("dconv_state out", dcarry->conv_state.size(),
-                        std::size_t(B) * (m.cfg.conv_taps - 1) * m.cfg.channels(),
+                        std::size_t(S) * (m.cfg.conv_taps - 1) * m.cfg.channels(),
                         "[B, K-1, C] = [" + b_ + std::to_string(m.cfg.conv_taps - 1) + ", " + std::to_string(m.cfg.channels()) + "]");
   const ClearTransfers clear{m};
   reuse(m.host_dout, m.ctx, {B, T, m.cfg.value_dim()}, "dout");
   upload(m, m.host_dout, dout);
   upload_optional(m, m.host_dcarry.ht, m.ctx, dcarry ? std::span<const float>(dcarry->ht) : std::span<const float>(),
-                  m.state_shape(int(B)), "dht");
+                  m.state_shape(int(S)), "dht");
   upload_optional(m, m.host_dcarry.conv_state, m.ctx,
                   dcarry ? std::span<const float>(dcarry->conv_state) : std::span<const float>(),
-                  m.conv_state_shape(int(B)), "dconv_state out");
+                  m.conv_state_shape(int(S)), "dconv_state out");
   auto& g = m.host_grads;
   reuse(g.dqkv, m.ctx, {B, T, m.cfg.channels()}, "dqkv");
   reuse(g.dz, m.ctx, {B, T, m.cfg.value_dim()}, "dz");
   reuse(g.da, m.ctx, {B, T, m.cfg.nv}, "da");
   reuse(g.db, m.ctx, {B, T, m.cfg.nv}, "db");
-  reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(B)), "dconv_state");
+  reuse(g.dconv_state, m.ctx, m.conv_state_shape(int(S)), "dconv_state");
   if (st->inputs.h0.empty()) g.dh0 = Tensor();
-  else reuse(g.dh0, m.ctx, m.state_shape(int(B)), "dh0");
+  else reuse(g.dh0, m.ctx, m.state_shape(int(S)), "dh0");
   if (m.cfg.param_grads) {
     reuse(g.dconv, m.ctx, {m.cfg.channels(), m.cfg.conv_taps}, "dconv");
     reuse(g.da_log, m.ctx, {m.cfg.nv}, "da_log");

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -48,14 +50,20 @@ inline void expect_f32(const char* tensor, const Tensor& t) {
 
 
 /// A part of a call that runs as several (windows b0 .. b0+nb-1, tokens t0 .. t0+nt-1 of each; nb > 1
-/// only with whole windows): its buffers fit one storage binding where the whole call's do not.
+/// only with whole windows): its buffers fit one storage binding where the whole call's do not, or
+/// it is (a run of) one sequence of a packed call. Its windows' states are rows s0 .. s0+nb-1 of the
+/// call's states; `first`: it starts them (from h0 and conv_state, else zero), else it continues the
+/// part before it; `last`: it ends them (into the carry), else the part after it continues.
 struct Part {
   int b0 = 0, nb = 0, t0 = 0, nt = 0;
+  int s0 = 0;
+  bool first = true, last = true;
 };
 
 struct TapeState {
   std::uint64_t layer_id = 0;  // its layer, hence its kernel family and checkpoint layout
   int B = 0, T = 0;            // the call's windows and tokens
+  int S = 0;                   // rows of its states: B, or the sequences of a packed call
   DeviceInputs inputs;         // shared with the caller (device API) or owned (host API)
   bool owns_inputs = false;
   BufferSet fwd;               // what the forward wrote (the family's forward_buffers), in one part
@@ -275,7 +283,8 @@ struct LayerImpl {
 
   // ---- checks ----
 
-  void check_inputs(const DeviceInputs& in, int& B, int& T) const {
+  // Checks the inputs; B and T from qkv, S the rows of the states (B, or the packed sequences).
+  void check_inputs(const DeviceInputs& in, int& B, int& T, int& S) const {
     if (in.qkv.empty()) throw std::invalid_argument("qkv is an empty tensor, expected [B, T, " + std::to_string(cfg.channels()) + "]");
     const auto& s = in.qkv.shape();
     if (s.size() != 3 || s[2] != cfg.channels())
@@ -286,12 +295,34 @@ struct LayerImpl {
     expect_shape("a", in.a, {B, T, cfg.nv});
     expect_shape("b", in.b, {B, T, cfg.nv});
     for (const Tensor* t : {&in.qkv, &in.z, &in.a, &in.b}) check_context(*t);
-    if (!in.h0.empty()) expect_shape("h0", in.h0, state_shape(B));
-    if (!in.conv_state.empty()) expect_shape("conv_state", in.conv_state, conv_state_shape(B));
+    S = B;
+    if (!in.cu_seqlens.empty()) S = check_seqlens(in.cu_seqlens, B, T);
+    if (!in.h0.empty()) expect_shape("h0", in.h0, state_shape(S));
+    if (!in.conv_state.empty()) expect_shape("conv_state", in.conv_state, conv_state_shape(S));
     for (const Tensor* t : {&in.h0, &in.conv_state})
       if (!t->empty()) check_context(*t);
     expect_f32("h0", in.h0);
     expect_f32("conv_state", in.conv_state);
+  }
+  // The sequences of a packed call (cu_seqlens: N+1 offsets into [1, T, ...], 0 first, T last,
+  // increasing: no empty sequence), or an error naming the offending index.
+  static int check_seqlens(const std::vector<std::int64_t>& cu, int B, int T) {
+    const std::string n = std::to_string(cu.size());
+    if (B != 1)
+      throw std::invalid_argument("cu_seqlens: packed sequences take qkv as [1, total, C]; qkv has B = " + std::to_string(B));
+    if (cu.size() < 2) throw std::invalid_argument("cu_seqlens has " + n + " offsets, expected N+1 >= 2 (0, then each sequence's end)");
+    if (cu.front() != 0)
+      throw std::invalid_argument("cu_seqlens[0] = " + std::to_string(cu.front()) + ", expected 0");
+    for (std::size_t i = 1; i < cu.size(); ++i)
+      if (cu[i] <= cu[i - 1])
+        throw std::invalid_argument("cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(cu[i]) + " is not above cu_seqlens[" +
+                                    std::to_string(i - 1) + "] = " + std::to_string(cu[i - 1]) +
+                                    " (offsets increase; empty sequences are not taken)");
+    if (cu.back() != T)
+      throw std::invalid_argument("cu_seqlens[" + std::to_string(cu.size() - 1) + "] = " + std::to_string(cu.back()) +
+                                  ", expected the total tokens T = " + std::to_string(T) + " of qkv [1, T, C]");
+    if (cu.size() - 1 > std::size_t(std::numeric_limits<int>::max())) throw std::invalid_argument("cu_seqlens: too many sequences");
+    return int(cu.size() - 1);
   }
   std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
@@ -410,8 +441,8 @@ struct LayerImpl {
   // ---- the calls ----
 
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
-    int B = 0, T = 0;
-    check_inputs(in, B, T);
+    int B = 0, T = 0, S = 0;
+    check_inputs(in, B, T, S);
     // the outputs given are checked before any is allocated
     const std::vector<std::int64_t> out_shape{B, T, cfg.value_dim()};
     if (!out.empty()) {
@@ -420,7 +451,7 @@ struct LayerImpl {
     }
     using Out = std::tuple<Tensor*, const char*, std::vector<std::int64_t>>;
     const std::vector<Out> carried =
-        carry ? std::vector<Out>{{&carry->ht, "ht", state_shape(B)}, {&carry->conv_state, "conv_state out", conv_state_shape(B)}}
+        carry ? std::vector<Out>{{&carry->ht, "ht", state_shape(S)}, {&carry->conv_state, "conv_state out", conv_state_shape(S)}}
               : std::vector<Out>{};
     for (const auto& [t, name, shape] : carried) {
       if (t->empty()) continue;
@@ -439,8 +470,8 @@ struct LayerImpl {
       s.flags |= kStateCarry;
     }
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
-    const std::vector<Part> plan = plan_parts(B, T);
-    if (plan.size() > 1) {
+    const std::vector<Part> plan = in.cu_seqlens.empty() ? plan_parts(B, T) : plan_sequences(in.cu_seqlens);
+    if (plan.size() > 1 || !in.cu_seqlens.empty()) {
       forward_parts(in, out, tape, carry, plan);
     } else {
       BufferSet* f = &scratch_fwd;
@@ -455,6 +486,7 @@ struct LayerImpl {
         st.layer_id = id;
         st.B = B;
         st.T = T;
+        st.S = S;
         st.inputs = in;
         st.owns_inputs = false;
         f = &st.fwd;
@@ -510,6 +542,10 @@ struct LayerImpl {
   // binding and T is within Config::part_tokens, else groups of whole windows, else runs of tokens of
   // one window (a multiple of the checkpoint interval; the state carried from one to the next).
   std::vector<Part> plan_parts(int B, int T) const;
+  bool fits_range(int nb, int nt, std::uint64_t range) const;
+  int run_tokens(int T, int cap, const std::function<bool(int, int)>& fits) const;
+  // The parts of a packed call: each sequence one part, or runs of its tokens where it does not fit.
+  std::vector<Part> plan_sequences(const std::vector<std::int64_t>& cu) const;
   void forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
                      const std::vector<Part>& plan);
   void backward_parts(const TapeState& st, const Tensor& dout, const DeviceGrads& g, const DeviceCarry* dcarry);
@@ -517,20 +553,20 @@ struct LayerImpl {
   void backward(const Tape& tape, const Tensor& dout, DeviceGrads& g, const DeviceCarry* dcarry) {
     const TapeState* st = tape_state_ptr(tape);
     check_tape(st);
-    const int B = st->B, T = st->T;
+    const int B = st->B, T = st->T, S = st->S;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
     States s;
     if (!st->inputs.h0.empty()) s.flags |= kStateH0;
     if (!st->inputs.conv_state.empty()) s.flags |= kStateConv;
     if (dcarry && !dcarry->ht.empty()) {
-      expect_shape("dht", dcarry->ht, state_shape(B));
+      expect_shape("dht", dcarry->ht, state_shape(S));
       expect_f32("dht", dcarry->ht);
       check_context(dcarry->ht);
       s.dht = dcarry->ht;
       s.flags |= kStateCarry;
     }
     if (dcarry && !dcarry->conv_state.empty()) {
-      expect_shape("dconv_state out", dcarry->conv_state, conv_state_shape(B));
+      expect_shape("dconv_state out", dcarry->conv_state, conv_state_shape(S));
       expect_f32("dconv_state out", dcarry->conv_state);
       check_context(dcarry->conv_state);
       s.dconv_out = dcarry->conv_state;
@@ -549,13 +585,13 @@ struct LayerImpl {
                             {&g.dz, "dz", {B, T, cfg.value_dim()}, in.z.dtype()},
                             {&g.da, "da", {B, T, cfg.nv}, in.a.dtype()},
                             {&g.db, "db", {B, T, cfg.nv}, in.b.dtype()},
-                            {&g.dconv_state, "dconv_state", conv_state_shape(B), DType::Float32}};
+                            {&g.dconv_state, "dconv_state", conv_state_shape(S), DType::Float32}};
     if (cfg.param_grads)
       grads.insert(grads.end(), {{&g.dconv, "dconv", {cfg.channels(), cfg.conv_taps}, DType::Float32},
                                  {&g.da_log, "da_log", {cfg.nv}, DType::Float32},
                                  {&g.ddt_bias, "ddt_bias", {cfg.nv}, DType::Float32},
                                  {&g.dnorm, "dnorm", {kHeadDim}, DType::Float32}});
-    if (!in.h0.empty()) grads.push_back({&g.dh0, "dh0", state_shape(B), DType::Float32});
+    if (!in.h0.empty()) grads.push_back({&g.dh0, "dh0", state_shape(S), DType::Float32});
     check_context(dout);
     for (const auto& x : grads) {
       if (x.t->empty()) continue;

@@ -5,40 +5,30 @@
 // back (backward): the same arithmetic as one call over the window, parts bound as views of the
 // call's tensors.
 #include <algorithm>
+#include <functional>
+#include <ranges>
 
 #include "layer_impl.hpp"
 
 namespace gdn::detail {
 
-std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
-  const std::uint64_t range = dev.info().max_storage_buffer_range;
-  const std::uint64_t C = std::uint64_t(cfg.channels()), V = std::uint64_t(cfg.value_dim());
-  // Whether nb windows of nt tokens fit: every buffer the family declares, the workspaces, the
-  // boundary tensors' rows (as float32: their stand-ins) and the states.
-  auto fits = [&](int nb, int nt) {
-    auto within = [&](const std::vector<BufferDecl>& ds) {
-      return std::ranges::all_of(ds, [&](const BufferDecl& d) { return d.floats * kF <= range; });
-    };
-    const std::uint64_t rows = std::uint64_t(nb) * std::uint64_t(nt);
-    return within(family->forward_buffers(nb, nt, true)) && within(family->backward_buffers(nb, nt)) &&
-           within(family->scratch_buffers(nb, nt)) && within(param_buffers(nb, nt)) && rows * C * kF <= range &&
-           rows * V * kF <= range && std::uint64_t(nb) * cfg.nv * kD * kD * kF <= range;
+bool LayerImpl::fits_range(int nb, int nt, std::uint64_t range) const {
+  // every buffer the family declares, the workspaces, the boundary streams' rows (as float32: their
+  // stand-ins) and the states of nb windows of nt tokens
+  auto within = [&](const std::vector<BufferDecl>& ds) {
+    return std::ranges::all_of(ds, [&](const BufferDecl& d) { return d.floats * kF <= range; });
   };
-  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
-  if (T <= cap && fits(B, T)) return {Part{0, B, 0, T}};
-  std::vector<Part> plan;
-  if (T <= cap && fits(1, T)) {  // groups of whole windows: the most that fit
-    int lo = 1, hi = B;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      (fits(mid, T) ? lo : hi) = fits(mid, T) ? mid : mid - 1;
-    }
-    for (int b0 = 0; b0 < B; b0 += lo) plan.push_back({b0, std::min(lo, B - b0), 0, T});
-    return plan;
-  }
-  // runs of one window's tokens: the longest multiple of the interval that fits
+  const std::uint64_t rows = std::uint64_t(nb) * std::uint64_t(nt);
+  return within(family->forward_buffers(nb, nt, true)) && within(family->backward_buffers(nb, nt)) &&
+         within(family->scratch_buffers(nb, nt)) && within(param_buffers(nb, nt)) &&
+         rows * std::uint64_t(cfg.channels()) * kF <= range && rows * std::uint64_t(cfg.value_dim()) * kF <= range &&
+         std::uint64_t(nb) * cfg.nv * kD * kD * kF <= range;
+}
+
+int LayerImpl::run_tokens(int T, int cap, const std::function<bool(int, int)>& fits) const {
+  // the longest multiple of the interval, at most min(T, cap), whose run of one window fits
   const int q = family->interval(T);
-  int lo = 0, hi = std::min(T, cap) / q;
+  int lo = 0, hi = std::max(std::min(T, cap) / q, 1);
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
     if (fits(1, mid * q)) lo = mid;
@@ -47,14 +37,52 @@ std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
   if (lo == 0)
     throw Error("layer: one window's run of " + std::to_string(q) +
                 " tokens (the checkpoint interval) needs buffers over this device's maxStorageBufferRange of " +
-                std::to_string(range) + " bytes");
-  const int nt = lo * q;
+                std::to_string(dev.info().max_storage_buffer_range) + " bytes");
+  return lo * q;
+}
+
+std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
+  const std::uint64_t range = dev.info().max_storage_buffer_range;
+  auto fits = [&](int nb, int nt) { return fits_range(nb, nt, range); };
+  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
+  if (T <= cap && fits(B, T)) return {Part{0, B, 0, T, 0, true, true}};
+  std::vector<Part> plan;
+  if (T <= cap && fits(1, T)) {  // groups of whole windows: the most that fit
+    int lo = 1, hi = B;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      (fits(mid, T) ? lo : hi) = fits(mid, T) ? mid : mid - 1;
+    }
+    for (int b0 = 0; b0 < B; b0 += lo) plan.push_back({b0, std::min(lo, B - b0), 0, T, b0, true, true});
+    return plan;
+  }
+  const int nt = run_tokens(T, cap, fits);
   for (int b = 0; b < B; ++b)
-    for (int t0 = 0; t0 < T; t0 += nt) plan.push_back({b, 1, t0, std::min(nt, T - t0)});
+    for (int t0 = 0; t0 < T; t0 += nt) plan.push_back({b, 1, t0, std::min(nt, T - t0), b, t0 == 0, t0 + nt >= T});
+  return plan;
+}
+
+std::vector<Part> LayerImpl::plan_sequences(const std::vector<std::int64_t>& cu) const {
+  const int longest = int(std::ranges::max(std::views::iota(std::size_t(1), cu.size()) |
+                                           std::views::transform([&](std::size_t i) { return cu[i] - cu[i - 1]; })));
+  const std::uint64_t range = dev.info().max_storage_buffer_range;
+  auto fits = [&](int nb, int nt) { return fits_range(nb, nt, range); };
+  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : longest;
+  const int nt = longest <= cap && fits(1, longest) ? longest : run_tokens(longest, cap, fits);
+  std::vector<Part> plan;
+  for (std::size_t n = 0; n + 1 < cu.size(); ++n) {
+    const int start = int(cu[n]), end = int(cu[n + 1]);
+    for (int t0 = start; t0 < end; t0 += nt)
+      plan.push_back({0, 1, t0, std::min(nt, end - t0), int(n), t0 == start, t0 + nt >= end});
+  }
   return plan;
 }
 
 namespace {
+// The part of the most tokens (the first of a long call's; any of a packed call's).
+const Part& largest(const std::vector<Part>& plan) {
+  return *std::ranges::max_element(plan, {}, [](const Part& p) { return std::int64_t(p.nb) * p.nt; });
+}
 // Rows b0*T + t0 .. of a [B, T, ...] tensor for part p, as [nb, nt, ...]; empty stays empty.
 std::vector<std::int64_t> part_shape(const Tensor& t, const Part& p) {
   std::vector<std::int64_t> s = t.shape();
@@ -72,14 +100,14 @@ std::int64_t row_elems(const Tensor& t) { return t.numel() / (t.shape()[0] * t.s
 void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
                               const std::vector<Part>& plan) {
   const int T = int(in.qkv.shape()[1]);
-  const Part& big = plan.front();  // the largest: the workspaces grow to it once
+  const Part& big = largest(plan);  // the workspaces grow to it once
   ensure(family_scratch, big.nb, big.nt, false, [&] { return family->scratch_buffers(big.nb, big.nt); }, true);
   if (!tape) ensure(scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); }, true);
   auto windows = [&](const Tensor& t, const Part& p, const char* name) {  // windows b0 .. b0+nb of [B, ...]
     if (t.empty()) return Tensor();
     std::vector<std::int64_t> s = t.shape();
     s[0] = p.nb;
-    return sub_tensor(t, p.b0 * (t.numel() / t.shape()[0]), s, name);
+    return sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
   };
   auto rows = [&](const Tensor& t, const Part& p) {
     return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
@@ -97,7 +125,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
     pin.a = Tensor(ctx, part_shape(in.a, p), "a (part)", in.a.dtype());
     pin.b = Tensor(ctx, part_shape(in.b, p), "b (part)", in.b.dtype());
     pt->owned = {pin.a, pin.b};
-    if (p.t0 == 0) {
+    if (p.first) {
       pin.h0 = windows(in.h0, p, "h0");
       pin.conv_state = windows(in.conv_state, p, "conv_state");
     } else {  // the state the part before left
@@ -111,7 +139,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   }
   if (tape) {  // its earlier parts or buffers go: no recorded work may still use them
     const TapeState& old = tape_state(*tape);
-    if (old.recorded()) refuse_if_outstanding(plan.front().nb, plan.front().nt);
+    if (old.recorded()) refuse_if_outstanding(big.nb, big.nt);
   } else {  // the parts live until the work is done
     for (auto& pt : parts) retired.push_back(pt);
   }
@@ -124,7 +152,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
       r.copy(*storage_of(in.a).buffer, at * dtype_bytes(in.a.dtype()), *storage_of(pt.inputs.a).buffer, 0, ab, false);
       r.copy(*storage_of(in.b).buffer, at * dtype_bytes(in.b.dtype()), *storage_of(pt.inputs.b).buffer, 0,
              std::size_t(p.nb) * p.nt * cfg.nv * dtype_bytes(in.b.dtype()), true);
-      const bool last = p.t0 + p.nt == T;  // of its window
+      const bool last = p.last;
       States s;
       if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
       if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
@@ -137,6 +165,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
         conv_out = windows(carry->conv_state, p, "conv_state out");
       }
       if (!s.ht.empty()) s.flags |= kStateCarry;
+      ensure(family_scratch, p.nb, p.nt, false, [&] { return family->scratch_buffers(p.nb, p.nt); }, true);
       BufferSet* f = &pt.fwd;
       if (!tape) {
         ensure(scratch_fwd, p.nb, p.nt, false, [&] { return family->forward_buffers(p.nb, p.nt, false); }, true);
@@ -151,6 +180,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
     st.layer_id = id;
     st.B = int(in.qkv.shape()[0]);
     st.T = T;
+    st.S = in.cu_seqlens.empty() ? st.B : int(in.cu_seqlens.size() - 1);
     st.inputs = in;
     st.parts = plan;
     st.part_tapes = std::move(parts);
@@ -164,14 +194,14 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
 void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const DeviceGrads& g, const DeviceCarry* dcarry) {
   const std::vector<Part>& plan = st.parts;
   const int T = st.T;
-  const Part& big = plan.front();
+  const Part& big = largest(plan);
   ensure(bwd, big.nb, big.nt, true, [&] { return family->backward_buffers(big.nb, big.nt); }, true);
   ensure(param_work, big.nb, big.nt, true, [&] { return param_buffers(big.nb, big.nt); }, true);
   auto windows = [&](const Tensor& t, const Part& p, const char* name) {
     if (t.empty()) return Tensor();
     std::vector<std::int64_t> s = t.shape();
     s[0] = p.nb;
-    return sub_tensor(t, p.b0 * (t.numel() / t.shape()[0]), s, name);
+    return sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
   };
   auto rows = [&](const Tensor& t, const Part& p) {
     return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
@@ -179,7 +209,7 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
   // the gradients of the states between parts: part i's dh0 and dconv_state, for part i-1
   std::vector<Tensor> dh0(plan.size()), dcs(plan.size()), da(plan.size()), db(plan.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
-    if (plan[i].t0 > 0) {
+    if (!plan[i].first) {
       dh0[i] = Tensor(ctx, state_shape(1), "state gradient between parts");
       dcs[i] = Tensor(ctx, conv_state_shape(1), "conv state gradient between parts");
     }
@@ -194,7 +224,7 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
     for (std::size_t i = plan.size(); i-- > 0;) {
       const Part& p = plan[i];
       const TapeState& pt = *st.part_tapes[i];
-      const bool last = p.t0 + p.nt == T;
+      const bool last = p.last;
       States s;
       if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
       if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
@@ -212,8 +242,8 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
       gp.dz = rows(g.dz, p);
       gp.da = da[i];
       gp.db = db[i];
-      gp.dh0 = p.t0 > 0 ? dh0[i] : windows(g.dh0, p, "dh0");
-      gp.dconv_state = p.t0 > 0 ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
+      gp.dh0 = !p.first ? dh0[i] : windows(g.dh0, p, "dh0");
+      gp.dconv_state = !p.first ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
       if (!pt.inputs.h0.empty()) s.dh0 = gp.dh0;
       ensure(bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
       ensure(param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);

@@ -87,6 +87,49 @@ TEST_F(Cli, RunBf16MatchesTheDeviceApiWithBf16Tensors) {
   for (float v : read_out("dqkv").data) ASSERT_EQ(from_bfloat16(to_bfloat16(v)), v) << "a bfloat16 value";
 }
 
+// cu_seqlens.npy (int32 or int64): B = 1 stream of packed sequences, as the host API gives it; bad
+// offsets refused with the index, nothing written.
+TEST_F(Cli, RunPackedSequencesFromCuSeqlens) {
+  pr.B = 1;
+  pr.T = 10;
+  pr.x = random_batch(pr.cfg, pr.B, pr.T, 33);
+  put_all();
+  const std::vector<std::int64_t> cu{0, 3, 4, 10};
+  std::string i64, i32;
+  for (auto v : cu) {
+    i64.append(reinterpret_cast<const char*>(&v), 8);
+    const auto w = std::int32_t(v);
+    i32.append(reinterpret_cast<const char*>(&w), 4);
+  }
+  write_raw_npy(in / "cu_seqlens.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", i64);
+  Result r = gdn_cli(run_args({"--backward"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Layer layer(context(), pr.cfg, pr.p);
+  Tape tape;
+  HostCarry carry;
+  const auto want = layer.forward(1, 10, {.qkv = pr.x.qkv, .z = pr.x.z, .a = pr.x.a, .b = pr.x.b, .cu_seqlens = cu},
+                                  &tape, &carry);
+  const HostGrads g = layer.backward(tape, pr.x.dout);
+  expect_bitwise("out", read_out("out"), {1, 10, 256}, want);
+  expect_bitwise("ht", read_out("ht"), {3, 2, 128, 128}, carry.ht);
+  expect_bitwise("dqkv", read_out("dqkv"), {1, 10, 512}, g.dqkv);
+  expect_bitwise("dconv_state", read_out("dconv_state"), {3, 3, 512}, g.dconv_state);
+
+  write_raw_npy(in / "cu_seqlens.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", i32);
+  fs::remove_all(out);
+  r = gdn_cli(run_args());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  expect_bitwise("out", read_out("out"), {1, 10, 256}, want);
+
+  fs::remove_all(out);
+  const std::int64_t bad[] = {0, 4, 3, 10};
+  write_raw_npy(in / "cu_seqlens.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }",
+                std::string(reinterpret_cast<const char*>(bad), sizeof bad));
+  expect_refused(run_args(), {"cu_seqlens[2] = 3 is not above cu_seqlens[1] = 4"});
+  write_raw_npy(in / "cu_seqlens.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", "abcd");
+  expect_refused(run_args(), {"cu_seqlens.npy", "expected '<i4' or '<i8'"});
+}
+
 // The carried states as files: h0.npy and conv_state.npy in, dht.npy and dconv_state_out.npy into
 // the backward, dh0.npy and dconv_state.npy out; as the host API gives them.
 TEST_F(Cli, RunCarriesStateFiles) {

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <vector>
 
@@ -73,7 +75,9 @@ TEST(SpirvReflect, RefusesWhatIsNotAModule) {
   const std::vector<std::uint32_t> garbage{1, 2, 3, 4, 5, 6};
   EXPECT_THROW(reflect_shader("garbage", garbage), std::runtime_error);
   std::vector<std::uint32_t> cut(spirv::conv_fwd.begin(), spirv::conv_fwd.begin() + 40);
-  cut.back() = 0xFFFF0000u | (cut.back() & 0xFFFFu);  // an instruction longer than the module
+  std::size_t at = 5;  // the instruction that reaches the cut's end (after the 5-word header)
+  while (at + std::max(cut[at] >> 16, 1u) < cut.size()) at += std::max(cut[at] >> 16, 1u);
+  cut[at] = 0xFFFF0000u | (cut[at] & 0xFFFFu);  // an instruction longer than the module
   EXPECT_THROW(reflect_shader("cut", cut), std::runtime_error);
 }
 

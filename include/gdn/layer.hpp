@@ -107,6 +107,10 @@ struct HostInputs {
   std::span<const float> b;    // [B, T, nv]
   std::span<const float> h0 = {};          // [B, nv, D, D] recurrent state S[k][v] (FLA's [N, HV, K, V]: kv = Sᵀk̂)
   std::span<const float> conv_state = {};  // [B, K-1, C] the raw qkv rows before each window, oldest first
+  /// Packed sequences (docs/spec.md, "Packed sequences"): N+1 offsets into one stream of B = 1 window
+  /// (0 first, T last, increasing). Each sequence starts from its own state (row n of h0 and
+  /// conv_state, which are then [N, ...], as are the carry and the states' gradients), else zero.
+  std::span<const std::int64_t> cu_seqlens = {};
 };
 /// What a window leaves for the next (the next call's h0 and conv_state); in a backward, the
 /// gradients of the loss with respect to them (empty: zero).
@@ -135,6 +139,7 @@ struct HostGrads {
 struct DeviceInputs {
   Tensor qkv, z, a, b;
   Tensor h0 = {}, conv_state = {};
+  std::vector<std::int64_t> cu_seqlens = {};  // packed sequences, as HostInputs'
 };
 /// Device-resident HostCarry: empty tensors are allocated by forward().
 struct DeviceCarry {

@@ -6,6 +6,7 @@
 // `gdn run` reads and checks every input before it computes, and computes everything before it
 // writes: a refusal or a failure leaves --out as it was.
 #include "cli/cli.hpp"
+#include "cli/run.hpp"
 
 #include <cctype>
 #include <cerrno>
@@ -47,6 +48,8 @@ const char* const kRunUsage =
     "          a_log.npy, dt_bias.npy [nv]  norm.npy [128]   (+ dout.npy [B,T,nv*128] with --backward)\n"
     "          where C = (2*nk + nv)*128 and nv is a multiple of nk; B, T, nv, nk, K come from the shapes\n"
     "  reads, where present (absent: zero)  h0.npy [B,nv,128,128] (S[k][v])  conv_state.npy [B,K-1,C]\n"
+    "          cu_seqlens.npy [N+1] (int32 or int64: N sequences packed in qkv [1,total,C]; the states\n"
+    "          and their files then have N rows)\n"
     "          (the states the windows start from), and with --backward dht.npy [B,nv,128,128] and\n"
     "          dconv_state_out.npy [B,K-1,C] (the gradients of the states they leave)\n"
     "  writes  out.npy [B,T,nv*128]  ht.npy [B,nv,128,128]  conv_state_out.npy [B,K-1,C]\n"
@@ -186,15 +189,6 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 // ---- gdn run: flags ------------------------------------------------------------------------------
 
-struct RunOptions {
-  fs::path in, out;
-  bool backward = false;
-  bool bf16 = false;
-  float eps = 1e-6f;
-  int ckpt = 0;  // 0: the variant's default
-  Variant variant = Variant::Auto;
-  bool allow_nonfinite = false;
-};
 
 float parse_eps(const std::string& s) {
   const std::string want = "expected a finite number >= 0, such as 1e-6";
@@ -283,12 +277,6 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
 
 // ---- gdn run: inputs -----------------------------------------------------------------------------
 
-struct Problem {
-  int B = 0, T = 0, nv = 0, nk = 0, K = 0, C = 0;
-  npy::Array qkv, z, a, b, conv, a_log, dt_bias, norm, dout;
-  // optional (empty where the file is absent: zero)
-  npy::Array h0, conv_state, dht, dconv_state_out;
-};
 
 std::string s(std::int64_t v) { return std::to_string(v); }
 
@@ -413,13 +401,26 @@ Problem read_inputs(const RunOptions& o) {
   if (o.backward)
     expect_shape("dout", p.dout, {p.B, p.T, p.nv * kD},
                  "[B, T, nv*D], the shape of out, with " + from_qkv + " and " + from_z);
-  const std::string from_b = "B=" + s(p.B) + " from qkv.npy";
+  p.S = p.B;
+  std::string from_b = "B=" + s(p.B) + " from qkv.npy";
+  if (const fs::path cu = o.in / "cu_seqlens.npy"; fs::exists(cu, ec)) {
+    Shape shape;
+    try {
+      p.cu = npy::read_ints(cu, shape);
+    } catch (const npy::Error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    if (shape.size() != 1 || shape[0] < 2)
+      refuse("cu_seqlens", shape, "[N+1]", "N >= 1 packed sequences: 0, then each one's end");
+    p.S = int(shape[0] - 1);
+    from_b = "N=" + s(p.S) + " sequences from cu_seqlens.npy";
+  }
   for (auto [name, a] : {std::pair{"h0", &p.h0}, std::pair{"dht", &p.dht}})
     if (!a->shape.empty())
-      expect_shape(name, *a, {p.B, p.nv, kD, kD}, "[B, nv, D, D] (S[k][v]) with " + from_b + " and " + from_z);
+      expect_shape(name, *a, {p.S, p.nv, kD, kD}, "[B, nv, D, D] (S[k][v]) with " + from_b + " and " + from_z);
   for (auto [name, a] : {std::pair{"conv_state", &p.conv_state}, std::pair{"dconv_state_out", &p.dconv_state_out}})
     if (!a->shape.empty())
-      expect_shape(name, *a, {p.B, p.K - 1, p.C}, "[B, K-1, C] with " + from_b + ", K from conv.npy");
+      expect_shape(name, *a, {p.S, p.K - 1, p.C}, "[B, K-1, C] with " + from_b + ", K from conv.npy");
   config_of(p, o).check();
 
   for (std::size_t k = 0; k < headers.size(); ++k) {
@@ -441,70 +442,6 @@ Problem read_inputs(const RunOptions& o) {
 }  // namespace
 
 namespace {
-
-// The outputs of `gdn run` through the host API (float32 throughout).
-std::vector<Output> run_f32(Layer& layer, Problem& p, const RunOptions& o, const Shape& conv_shape,
-                            const Shape& a_log_shape, const Shape& dt_bias_shape, const Shape& norm_shape) {
-  const HostInputs in{.qkv = p.qkv.data, .z = p.z.data, .a = p.a.data, .b = p.b.data, .h0 = p.h0.data,
-                      .conv_state = p.conv_state.data};
-  Tape tape;
-  HostCarry carry;
-  std::vector<Output> outputs;
-  outputs.push_back({"out", {p.B, p.T, p.nv * kD}, layer.forward(p.B, p.T, in, o.backward ? &tape : nullptr, &carry)});
-  outputs.push_back({"ht", {p.B, p.nv, kD, kD}, std::move(carry.ht)});
-  outputs.push_back({"conv_state_out", {p.B, p.K - 1, p.C}, std::move(carry.conv_state)});
-  if (o.backward) {
-    const HostCarry dcarry{std::move(p.dht.data), std::move(p.dconv_state_out.data)};
-    HostGrads g = layer.backward(tape, p.dout.data, &dcarry);
-    outputs.push_back({"dqkv", p.qkv.shape, std::move(g.dqkv)});
-    outputs.push_back({"dz", p.z.shape, std::move(g.dz)});
-    outputs.push_back({"da", p.a.shape, std::move(g.da)});
-    outputs.push_back({"db", p.b.shape, std::move(g.db)});
-    outputs.push_back({"dconv", conv_shape, std::move(g.dconv)});
-    outputs.push_back({"da_log", a_log_shape, std::move(g.da_log)});
-    outputs.push_back({"ddt_bias", dt_bias_shape, std::move(g.ddt_bias)});
-    outputs.push_back({"dnorm", norm_shape, std::move(g.dnorm)});
-    if (!g.dh0.empty()) outputs.push_back({"dh0", {p.B, p.nv, kD, kD}, std::move(g.dh0)});
-    outputs.push_back({"dconv_state", {p.B, p.K - 1, p.C}, std::move(g.dconv_state)});
-  }
-  return outputs;
-}
-
-// The same through the device API with bfloat16 boundary tensors (--bf16): the streams are rounded
-// on upload, the outputs allocated by the calls take their inputs' dtype and are widened on download.
-std::vector<Output> run_bf16(const std::shared_ptr<Context>& ctx, Layer& layer, Problem& p, const RunOptions& o,
-                             const Shape& conv_shape, const Shape& a_log_shape, const Shape& dt_bias_shape,
-                             const Shape& norm_shape) {
-  auto tensor = [&](npy::Array& a, const char* name, DType d) {
-    if (a.shape.empty()) return Tensor();
-    Tensor t(ctx, a.shape, name, d);
-    t.upload(a.data);
-    return t;
-  };
-  const DType bf = DType::BFloat16, f32 = DType::Float32;
-  const DeviceInputs in{tensor(p.qkv, "qkv", bf), tensor(p.z, "z", bf), tensor(p.a, "a", bf), tensor(p.b, "b", bf),
-                        tensor(p.h0, "h0", f32), tensor(p.conv_state, "conv_state", f32)};
-  Tape tape;
-  DeviceCarry carry;
-  Tensor out;
-  layer.forward(in, out, o.backward ? &tape : nullptr, &carry);
-  std::vector<Output> outputs;
-  outputs.push_back({"out", out.shape(), out.download()});
-  outputs.push_back({"ht", carry.ht.shape(), carry.ht.download()});
-  outputs.push_back({"conv_state_out", carry.conv_state.shape(), carry.conv_state.download()});
-  if (o.backward) {
-    const DeviceCarry dcarry{tensor(p.dht, "dht", f32), tensor(p.dconv_state_out, "dconv_state out", f32)};
-    DeviceGrads g;
-    layer.backward(tape, tensor(p.dout, "dout", bf), g, &dcarry);
-    for (auto [name, t, shape] : {std::tuple{"dqkv", &g.dqkv, p.qkv.shape}, {"dz", &g.dz, p.z.shape},
-                                  {"da", &g.da, p.a.shape}, {"db", &g.db, p.b.shape}, {"dconv", &g.dconv, conv_shape},
-                                  {"da_log", &g.da_log, a_log_shape}, {"ddt_bias", &g.ddt_bias, dt_bias_shape},
-                                  {"dnorm", &g.dnorm, norm_shape}, {"dh0", &g.dh0, Shape{p.B, p.nv, kD, kD}},
-                                  {"dconv_state", &g.dconv_state, Shape{p.B, p.K - 1, p.C}}})
-      if (!t->empty()) outputs.push_back({name, shape, t->download()});
-  }
-  return outputs;
-}
 
 int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostream&) {
   RunOptions o;

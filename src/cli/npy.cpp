@@ -27,8 +27,8 @@ constexpr std::size_t kGrowthDigits = 21; // NumPy's GROWTH_AXIS_MAX_DIGITS (spa
 
 // Product of the dimensions as a byte count of float32 data; -1 if it does not fit in int64.
 // Negative dimensions are the caller's to refuse.
-std::int64_t data_bytes(std::span<const std::int64_t> shape) {
-  std::int64_t n = 4;
+std::int64_t data_bytes(std::span<const std::int64_t> shape, std::int64_t elem = 4) {
+  std::int64_t n = elem;
   for (auto d : shape)
     if (d == 0) return 0;
   for (auto d : shape) {
@@ -123,7 +123,9 @@ std::uint64_t regular_file_size(const std::filesystem::path& path) {
 }
 }  // namespace
 
-Header read_header(const std::filesystem::path& path) {
+Header read_header(const std::filesystem::path& path) { return read_header(path, false); }
+
+Header read_header(const std::filesystem::path& path, bool integers) {
   const std::uint64_t file_size = regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
@@ -172,10 +174,15 @@ Header read_header(const std::filesystem::path& path) {
   if (p.i != header.size()) p.bad("only padding after the closing '}'");
   if (!(seen[0] && seen[1] && seen[2])) p.bad("all of the keys 'descr', 'fortran_order', 'shape'");
 
-  if (descr != "<f4")
+  if (integers) {
+    if (descr != "<i4" && descr != "<i8")
+      fail(path, "dtype is '" + descr + "', expected '<i4' or '<i8' (little-endian int32 or int64)");
+  } else if (descr != "<f4") {
     fail(path, "dtype is '" + descr + "', expected '<f4' (little-endian float32)");
+  }
+  a.elem_bytes = descr == "<i8" ? 8 : 4;
   if (fortran) fail(path, "fortran_order is True, expected False (C order)");
-  const std::int64_t want = data_bytes(a.shape);
+  const std::int64_t want = data_bytes(a.shape, a.elem_bytes);
   if (want < 0) fail(path, "shape " + shape_str(a.shape) + " is too large");
   const std::uint64_t have = file_size - data_start;
   if (have != static_cast<std::uint64_t>(want))
@@ -202,6 +209,29 @@ Array read_payload(const std::filesystem::path& path, const Header& header) {
 }
 
 Array read_f32(const std::filesystem::path& path) { return read_payload(path, read_header(path)); }
+
+std::vector<std::int64_t> read_ints(const std::filesystem::path& path, std::vector<std::int64_t>& shape) {
+  const Header h = read_header(path, true);
+  const std::int64_t want = data_bytes(h.shape, h.elem_bytes);
+  if (want < 0 || regular_file_size(path) != h.data_offset + std::uint64_t(want)) fail(path, "changed since its header was read");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
+  in.seekg(static_cast<std::streamoff>(h.data_offset));
+  std::vector<char> raw(static_cast<std::size_t>(want));
+  if (want > 0 && !in.read(raw.data(), want)) fail(path, "read error while reading " + std::to_string(want) + " bytes of data");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(want / h.elem_bytes));
+  for (std::size_t i = 0; i < v.size(); ++i) {  // little-endian, as the descr says
+    if (h.elem_bytes == 8) {
+      std::memcpy(&v[i], raw.data() + 8 * i, 8);
+    } else {
+      std::int32_t x;
+      std::memcpy(&x, raw.data() + 4 * i, 4);
+      v[i] = x;
+    }
+  }
+  shape = h.shape;
+  return v;
+}
 
 std::int64_t first_nonfinite(std::span<const float> data) {
   for (std::size_t i = 0; i < data.size(); ++i)
