@@ -110,29 +110,33 @@ std::size_t storage_bytes(std::int64_t n, DType d) {
 }
 }  // namespace
 
-Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, std::string name, DType dtype) {
+namespace {
+// A tensor's storage with its buffer from make(bytes) (allocated or borrowed).
+template <class Make>
+std::shared_ptr<detail::TensorStorage> make_storage(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape,
+                                                    const std::string& name, DType dtype, Make&& make) {
   if (!ctx) throw std::invalid_argument("tensor '" + name + "': no context");
   const std::int64_t n = checked_numel(shape, name);
   auto st = std::make_shared<detail::TensorStorage>();
   st->ctx = std::move(ctx);
   st->shape = std::move(shape);
   st->dtype = dtype;
-  st->buffer = detail::device_of(*st->ctx).create_buffer(std::move(name), storage_bytes(n, dtype), false);
-  storage_ = std::move(st);
+  st->buffer = make(detail::device_of(*st->ctx), storage_bytes(n, dtype));
+  return st;
 }
+}  // namespace
+
+Tensor::Tensor(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape, std::string name, DType dtype)
+    : storage_(make_storage(std::move(ctx), std::move(shape), name, dtype, [&](gpu::Device& d, std::size_t bytes) {
+        return d.create_buffer(name, bytes, false);
+      })) {}
 
 Tensor Tensor::wrap(std::shared_ptr<Context> ctx, std::uint64_t vk_buffer, std::size_t offset,
                     std::vector<std::int64_t> shape, std::string name, DType dtype) {
-  if (!ctx) throw std::invalid_argument("tensor '" + name + "': no context");
-  const std::int64_t n = checked_numel(shape, name);
-  auto st = std::make_shared<detail::TensorStorage>();
-  st->ctx = std::move(ctx);
-  st->shape = std::move(shape);
-  st->dtype = dtype;
-  st->buffer = detail::device_of(*st->ctx).borrow_buffer(std::move(name), reinterpret_cast<VkBuffer>(vk_buffer), offset,
-                                                          storage_bytes(n, dtype), false);
   Tensor t;
-  t.storage_ = std::move(st);
+  t.storage_ = make_storage(std::move(ctx), std::move(shape), name, dtype, [&](gpu::Device& d, std::size_t bytes) {
+    return d.borrow_buffer(name, reinterpret_cast<VkBuffer>(vk_buffer), offset, bytes, false);
+  });
   return t;
 }
 

@@ -258,28 +258,7 @@ struct LayerImpl {
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
   // da_log from da (shaders/common/param_part.comp, param_sum.comp).
   void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& z, const Tensor& dout,
-                          const DeviceGrads& g, bool accumulate) {
-    const auto& k = family->common_kernels();
-    const auto t = family->norm_tape(st.fwd);
-    Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
-    if (accumulate) pc.flags |= kParamAccumulate;
-    const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
-    r.dispatch(*k.param_part,
-               bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
-                                    .part = view(param_work[1])},
-               pc,
-               (rows + kParamRows - 1) / kParamRows);
-    r.mark("param_part");
-    // workgroups of 256: dconv's outputs 256 a group, then one per dnorm[d] and one per head
-    const std::uint64_t groups =
-        (std::uint64_t(cfg.channels()) * cfg.conv_taps + 255) / 256 + kHeadDim + std::uint64_t(cfg.nv);
-    r.dispatch(*k.param_sum,
-               bindings::param_sum{.dconv_part = view(param_work[0]), .part = view(param_work[1]), .da = view(g.da),
-                                   .gates = view(t.gates), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
-                                   .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
-               pc, groups);
-    r.mark("param_sum");
-  }
+                          const DeviceGrads& g, bool accumulate);
 
   // ---- checks ----
 
@@ -306,49 +285,12 @@ struct LayerImpl {
   }
   // The sequences of a packed call (cu_seqlens: N+1 offsets into [1, T, ...], 0 first, T last,
   // increasing: no empty sequence), or an error naming the offending index.
-  static int check_seqlens(const std::vector<std::int64_t>& cu, int B, int T) {
-    const std::string n = std::to_string(cu.size());
-    if (B != 1)
-      throw std::invalid_argument("cu_seqlens: packed sequences take qkv as [1, total, C]; qkv has B = " + std::to_string(B));
-    if (cu.size() < 2) throw std::invalid_argument("cu_seqlens has " + n + " offsets, expected N+1 >= 2 (0, then each sequence's end)");
-    if (cu.front() != 0)
-      throw std::invalid_argument("cu_seqlens[0] = " + std::to_string(cu.front()) + ", expected 0");
-    for (std::size_t i = 1; i < cu.size(); ++i)
-      if (cu[i] <= cu[i - 1])
-        throw std::invalid_argument("cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(cu[i]) + " is not above cu_seqlens[" +
-                                    std::to_string(i - 1) + "] = " + std::to_string(cu[i - 1]) +
-                                    " (offsets increase; empty sequences are not taken)");
-    if (cu.back() != T)
-      throw std::invalid_argument("cu_seqlens[" + std::to_string(cu.size() - 1) + "] = " + std::to_string(cu.back()) +
-                                  ", expected the total tokens T = " + std::to_string(T) + " of qkv [1, T, C]");
-    if (cu.size() - 1 > std::size_t(std::numeric_limits<int>::max())) throw std::invalid_argument("cu_seqlens: too many sequences");
-    return int(cu.size() - 1);
-  }
+  static int check_seqlens(const std::vector<std::int64_t>& cu, int B, int T);
   std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
   // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: copies of qkv's rows
   // and, for a window shorter than K-1, conv_state's (zero without one).
-  void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) {
-    const std::size_t C = std::size_t(cfg.channels()), row = C * kF, K1 = std::size_t(cfg.conv_taps - 1);
-    const bool bf16 = in.qkv.dtype() == DType::BFloat16;
-    const gpu::Buffer& dst = *storage_of(out_state).buffer;
-    for (std::size_t b = 0; b < std::size_t(B); ++b) {
-      const std::size_t from_qkv = std::min<std::size_t>(K1, T), from_state = K1 - from_qkv;
-      if (from_state) {  // rows T .. K-2 of conv_state come first
-        if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row, false);
-        else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row, false);
-      }
-      const std::size_t src_row = b * T + (T - from_qkv), dst_row = b * K1 + from_state;
-      if (!bf16) {
-        r.copy(*storage_of(in.qkv).buffer, src_row * row, dst, dst_row * row, from_qkv * row, false);
-      } else {  // widened (rows of C bfloat16 elements start at aligned offsets: C is a multiple of 128)
-        const std::int64_t n = std::int64_t(from_qkv * C);
-        record_cast(r, sub_tensor(in.qkv, std::int64_t(src_row * C), {n}, in.qkv.name()),
-                    sub_tensor(out_state, std::int64_t(dst_row * C), {n}, out_state.name()), "conv_state_out");
-      }
-    }
-    r.barrier();  // the copies write disjoint rows: one barrier after them all
-  }
+  void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T);
 
   void check_context(const Tensor& t) const {
     if (storage_of(t).ctx.get() != ctx.get())

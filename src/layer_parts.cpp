@@ -91,6 +91,17 @@ std::vector<std::int64_t> part_shape(const Tensor& t, const Part& p) {
   return s;
 }
 std::int64_t row_elems(const Tensor& t) { return t.numel() / (t.shape()[0] * t.shape()[1]); }
+// Part p's rows of a [B, T, ...] stream (windows b0 .. b0+nb-1, tokens t0 .. t0+nt-1), as a view.
+Tensor stream_rows(const LayerImpl& m, const Tensor& t, const Part& p, int T) {
+  return m.sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
+}
+// Part p's rows s0 .. s0+nb-1 of a state [S, ...] (empty stays empty), as a view.
+Tensor state_rows(const LayerImpl& m, const Tensor& t, const Part& p, const char* name) {
+  if (t.empty()) return Tensor();
+  std::vector<std::int64_t> s = t.shape();
+  s[0] = p.nb;
+  return m.sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
+}
 }  // namespace
 
 // Forward: each part from its inputs (views of the call's rows; a and b copied, their rows need not
@@ -103,15 +114,8 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   const Part& big = largest(plan);  // the workspaces grow to it once
   ensure(family_scratch, big.nb, big.nt, false, [&] { return family->scratch_buffers(big.nb, big.nt); }, true);
   if (!tape) ensure(scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); }, true);
-  auto windows = [&](const Tensor& t, const Part& p, const char* name) {  // windows b0 .. b0+nb of [B, ...]
-    if (t.empty()) return Tensor();
-    std::vector<std::int64_t> s = t.shape();
-    s[0] = p.nb;
-    return sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
-  };
-  auto rows = [&](const Tensor& t, const Part& p) {
-    return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
-  };
+  auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
+  auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
   std::vector<std::shared_ptr<TapeState>> parts;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const Part& p = plan[i];
@@ -197,15 +201,8 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
   const Part& big = largest(plan);
   ensure(bwd, big.nb, big.nt, true, [&] { return family->backward_buffers(big.nb, big.nt); }, true);
   ensure(param_work, big.nb, big.nt, true, [&] { return param_buffers(big.nb, big.nt); }, true);
-  auto windows = [&](const Tensor& t, const Part& p, const char* name) {
-    if (t.empty()) return Tensor();
-    std::vector<std::int64_t> s = t.shape();
-    s[0] = p.nb;
-    return sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
-  };
-  auto rows = [&](const Tensor& t, const Part& p) {
-    return sub_tensor(t, (std::int64_t(p.b0) * T + p.t0) * row_elems(t), part_shape(t, p), t.name());
-  };
+  auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
+  auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
   // the gradients of the states between parts: part i's dh0 and dconv_state, for part i-1
   std::vector<Tensor> dh0(plan.size()), dcs(plan.size()), da(plan.size()), db(plan.size());
   for (std::size_t i = 0; i < plan.size(); ++i) {
