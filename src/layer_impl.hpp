@@ -58,6 +58,7 @@ struct Part {
   int b0 = 0, nb = 0, t0 = 0, nt = 0;
   int s0 = 0;
   bool first = true, last = true;
+  bool operator==(const Part&) const = default;
 };
 
 struct TapeState {

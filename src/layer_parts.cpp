@@ -116,37 +116,42 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   if (!tape) ensure(scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); }, true);
   auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
   auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
+  // A tape recorded with the same parts keeps their buffers (as one call's tape keeps its own).
+  TapeState* old = tape ? &tape_state(*tape) : nullptr;
+  const bool reuse = old && old->parts == plan && !old->part_tapes.empty() &&
+                     old->part_tapes[0]->inputs.a.dtype() == in.a.dtype() &&
+                     old->part_tapes[0]->inputs.b.dtype() == in.b.dtype();
+  if (old && old->recorded() && !reuse) refuse_if_outstanding(big.nb, big.nt);  // its buffers go
   std::vector<std::shared_ptr<TapeState>> parts;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const Part& p = plan[i];
-    auto pt = std::make_shared<TapeState>();
+    auto pt = reuse ? old->part_tapes[i] : std::make_shared<TapeState>();
     pt->layer_id = id;
     pt->B = p.nb;
     pt->T = p.nt;
     DeviceInputs& pin = pt->inputs;
     pin.qkv = rows(in.qkv, p);
     pin.z = rows(in.z, p);
-    pin.a = Tensor(ctx, part_shape(in.a, p), "a (part)", in.a.dtype());
-    pin.b = Tensor(ctx, part_shape(in.b, p), "b (part)", in.b.dtype());
-    pt->owned = {pin.a, pin.b};
+    if (!reuse) {
+      pin.a = Tensor(ctx, part_shape(in.a, p), "a (part)", in.a.dtype());
+      pin.b = Tensor(ctx, part_shape(in.b, p), "b (part)", in.b.dtype());
+      pt->owned = {pin.a, pin.b};
+      if (!p.first) {  // the state the part before leaves
+        pin.h0 = Tensor(ctx, state_shape(1), "state between parts");
+        pin.conv_state = Tensor(ctx, conv_state_shape(1), "conv state between parts");
+        pt->owned.push_back(pin.h0);
+        pt->owned.push_back(pin.conv_state);
+      }
+    }
     if (p.first) {
       pin.h0 = windows(in.h0, p, "h0");
       pin.conv_state = windows(in.conv_state, p, "conv_state");
-    } else {  // the state the part before left
-      pin.h0 = Tensor(ctx, state_shape(1), "state between parts");
-      pin.conv_state = Tensor(ctx, conv_state_shape(1), "conv state between parts");
-      pt->owned.push_back(pin.h0);
-      pt->owned.push_back(pin.conv_state);
     }
     if (tape) ensure(pt->fwd, p.nb, p.nt, true, [&] { return family->forward_buffers(p.nb, p.nt, true); });
     parts.push_back(std::move(pt));
   }
-  if (tape) {  // its earlier parts or buffers go: no recorded work may still use them
-    const TapeState& old = tape_state(*tape);
-    if (old.recorded()) refuse_if_outstanding(big.nb, big.nt);
-  } else {  // the parts live until the work is done
+  if (!tape)  // the parts live until the work is done
     for (auto& pt : parts) retired.push_back(pt);
-  }
   run([&](gpu::Recorder& r) {
     for (std::size_t i = 0; i < plan.size(); ++i) {
       const Part& p = plan[i];

@@ -81,8 +81,11 @@ TEST_P(Parts, RunsOfTokensEqualOneCall) {
   check("dqkv", gp.dqkv, wide(gw.dqkv), 1e-5);
   check("da", gp.da, wide(gw.da), 1e-5);
   check("dh0", gp.dh0, wide(gw.dh0), 1e-5);
-  parted.forward(B, T, in, &tp, &cp);
+  const std::size_t held = context()->allocated_bytes(), tape_bytes = tp.device_bytes();
+  parted.forward(B, T, in, &tp, &cp);  // the tape's parts and the workspaces are reused
   const HostGrads again = parted.backward(tp, x.dout, &dcarry);
+  EXPECT_EQ(context()->allocated_bytes(), held);
+  EXPECT_EQ(tp.device_bytes(), tape_bytes);
   EXPECT_EQ(again.dconv, gp.dconv);
   EXPECT_EQ(again.da_log, gp.da_log);
   EXPECT_EQ(again.ddt_bias, gp.ddt_bias);
