@@ -420,11 +420,12 @@ struct LayerImpl {
       BufferSet* f = &scratch_fwd;
       if (tape) {
         auto& st = tape_state(*tape);
-        if (!st.part_tapes.empty()) {
+        if (!st.part_tapes.empty() || (st.recorded() && st.layer_id != id)) {  // another layout's buffers go
           refuse_if_outstanding(B, T);
           st.parts.clear();
           st.part_tapes.clear();
           st.owned.clear();
+          st.fwd = BufferSet{};
         }
         st.layer_id = id;
         st.B = B;

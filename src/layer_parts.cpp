@@ -118,7 +118,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
   // A tape recorded with the same parts keeps their buffers (as one call's tape keeps its own).
   TapeState* old = tape ? &tape_state(*tape) : nullptr;
-  const bool reuse = old && old->parts == plan && !old->part_tapes.empty() &&
+  const bool reuse = old && old->layer_id == id && old->parts == plan && !old->part_tapes.empty() &&
                      old->part_tapes[0]->inputs.a.dtype() == in.a.dtype() &&
                      old->part_tapes[0]->inputs.b.dtype() == in.b.dtype();
   if (old && old->recorded() && !reuse) refuse_if_outstanding(big.nb, big.nt);  // its buffers go

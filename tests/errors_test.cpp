@@ -200,6 +200,21 @@ TEST_F(Errors, TapeFromAnotherLayerOrNeverRecorded) {
   EXPECT_NO_THROW(first.backward(tape, x.dout));
 }
 
+// A tape another layer (another family: another layout) recorded is remade by the next forward.
+TEST_F(Errors, TapeRecordedAgainByAnotherFamily) {
+  Config per_head = kCfg, chunked = kCfg;
+  per_head.variant = Variant::PerHead;
+  chunked.variant = Variant::Chunked;
+  const Params p = random_params(kCfg, 1);
+  Layer first(context(), per_head, p), second(context(), chunked, p);
+  const Batch x = random_batch(kCfg, 1, 20, 5);
+  Tape tape, own;
+  first.forward(1, 20, {x.qkv, x.z, x.a, x.b}, &tape);
+  second.forward(1, 20, {x.qkv, x.z, x.a, x.b}, &tape);
+  second.forward(1, 20, {x.qkv, x.z, x.a, x.b}, &own);
+  EXPECT_EQ(second.backward(tape, x.dout).dqkv, second.backward(own, x.dout).dqkv);
+}
+
 // A tensor may exceed one binding's range (calls bind it in parts), not the device's memory.
 TEST_F(Errors, TensorOverTheDevicesMemoryNamesIt) {
   auto ctx = context();
