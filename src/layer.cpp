@@ -95,27 +95,35 @@ struct Holding {
   std::shared_ptr<Context> ctx;
   std::vector<std::shared_ptr<void>> work;
 };
+
+// Leaves the layer's recording or submitting mode, and drops what a call that threw collected,
+// however the call ends.
+struct ModeGuard {
+  detail::LayerImpl& m;
+  ~ModeGuard() {
+    m.record_into = VK_NULL_HANDLE;
+    m.submit_only = false;
+    m.held.clear();
+    m.submitted.clear();
+  }
+};
+// h, registered as work of the layer not yet released (calls that would free what it uses are refused).
+template <class Held>
+std::shared_ptr<Held> outstanding(detail::LayerImpl& m, std::shared_ptr<Held> h) {
+  std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
+  m.outstanding.push_back(h);
+  return h;
+}
 }  // namespace
 
 template <class Call>
 std::shared_ptr<void> record(detail::LayerImpl& m, void* cmd, Call&& call) {
   if (!cmd) throw std::invalid_argument("record: a null VkCommandBuffer");
   if (m.cfg.check_finite) throw std::invalid_argument("record: Config::check_finite reads results back; not with recording");
+  const ModeGuard guard{m};
   m.record_into = static_cast<VkCommandBuffer>(cmd);
-  m.recorded.clear();
-  try {
-    call();
-  } catch (...) {
-    m.record_into = VK_NULL_HANDLE;
-    m.recorded.clear();
-    throw;
-  }
-  m.record_into = VK_NULL_HANDLE;
-  auto h = std::make_shared<Holding>(Holding{m.ctx, std::move(m.recorded)});
-  m.recorded.clear();
-  std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
-  m.outstanding.push_back(h);
-  return h;
+  call();
+  return outstanding(m, std::make_shared<Holding>(Holding{m.ctx, std::move(m.held)}));
 }
 
 Recorded Layer::record_forward(void* cmd, const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
@@ -159,26 +167,12 @@ bool Pending::done() { return !state_ || state_->submission->done(); }
 template <class Call>
 std::shared_ptr<detail::PendingState> submit(detail::LayerImpl& m, Call&& call) {
   if (m.cfg.check_finite) throw std::invalid_argument("submit: Config::check_finite reads results back; not with submission");
+  const ModeGuard guard{m};
   m.submit_only = true;
-  m.submitted.clear();
-  m.submitted_held.clear();
-  try {
-    call();
-  } catch (...) {
-    m.submit_only = false;
-    m.submitted.clear();
-    m.submitted_held.clear();
-    throw;
-  }
-  m.submit_only = false;
+  call();
   if (m.submitted.empty()) return nullptr;
-  auto st = std::make_shared<detail::PendingState>(
-      detail::PendingState{m.ctx, std::move(m.submitted_held), std::move(m.submitted.front())});
-  m.submitted.clear();
-  m.submitted_held.clear();
-  std::erase_if(m.outstanding, [](const auto& w) { return w.expired(); });
-  m.outstanding.push_back(st);
-  return st;
+  return outstanding(m, std::make_shared<detail::PendingState>(
+                            detail::PendingState{m.ctx, std::move(m.held), std::move(m.submitted.front())}));
 }
 
 Pending Layer::submit_forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -169,8 +168,10 @@ struct LayerImpl {
         return;
       }
     }
-    if (!f.empty()) refuse_if_outstanding(B, T);
-    if (!f.empty()) retired.push_back(std::make_shared<BufferSet>(std::move(f)));
+    if (!f.empty()) {
+      refuse_if_outstanding(B, T);
+      retired.push_back(std::make_shared<BufferSet>(std::move(f)));
+    }
     f = BufferSet{};  // frees the old buffers before allocating the new ones
     for (const auto& d : decls()) f.buffers.push_back(dev.create_buffer(d.name, d.floats * kF));
     f.B = B;
@@ -305,16 +306,16 @@ struct LayerImpl {
 
   // ---- recording ----
 
-  // Where a call records into a caller's command buffer (Layer::record_forward, record_backward), and
-  // what the recorded work holds.
+  // Where a call records into a caller's command buffer (Layer::record_forward, record_backward), or
+  // whether it submits without waiting (Layer::submit_*); what that work holds until it is done (its
+  // descriptor sets, and what the call retired), which its Recorded or Pending takes.
   VkCommandBuffer record_into = VK_NULL_HANDLE;
-  std::vector<std::shared_ptr<void>> recorded;
+  bool submit_only = false;
+  std::vector<std::shared_ptr<void>> held;
+  std::vector<std::unique_ptr<gpu::Device::Submission>> submitted;
   std::vector<std::weak_ptr<void>> outstanding;  // the Recorded and Pending of this layer (expired once gone)
-  bool submit_only = false;  // Layer::submit_*: submitted, not waited for
   // The host API's transfers, made in the call's own submission (run)
   std::vector<gpu::Device::Transfer> host_up, host_down;
-  std::vector<std::unique_ptr<gpu::Device::Submission>> submitted;
-  std::vector<std::shared_ptr<void>> submitted_held;  // the retired of a submitted call
 
   // What a call's work may still use that the call itself replaced or made (buffers outgrown while it
   // recorded, the states between its parts): held until its work is done (run), or by its Recorded
@@ -324,15 +325,12 @@ struct LayerImpl {
   template <class Body>
   void run(Body&& body) {
     if (record_into != VK_NULL_HANDLE) {
-      recorded.push_back(dev.record(record_into, [&](gpu::Recorder& r) { body(r); }));
-      for (auto& x : retired) recorded.push_back(std::move(x));
-      retired.clear();
-      timings.clear();
-      return;
-    }
-    if (submit_only) {
+      held.push_back(dev.record(record_into, [&](gpu::Recorder& r) { body(r); }));
+    } else if (submit_only) {
       submitted.push_back(dev.submit([&](gpu::Recorder& r) { body(r); }));
-      submitted_held = std::move(retired);
+    }
+    if (record_into != VK_NULL_HANDLE || submit_only) {
+      for (auto& x : retired) held.push_back(std::move(x));
       retired.clear();
       timings.clear();
       return;
@@ -372,7 +370,7 @@ struct LayerImpl {
   }
   void check_inputs_finite(const char* call, std::initializer_list<const Tensor*> ts) const {
     for (const Tensor* t : ts)
-      if (auto m = first_nonfinite(*t); !m.empty())
+      if (auto m = t ? first_nonfinite(*t) : ""; !m.empty())
         throw std::invalid_argument(std::string(call) + ": " + m + " (Config::check_finite)");
   }
   void check_outputs_finite(const char* call, std::initializer_list<const Tensor*> ts) const {
@@ -382,6 +380,13 @@ struct LayerImpl {
   }
 
   // ---- the calls ----
+
+  // Push::flags for the states a call of `in` has: h0 and conv_state given, the state out asked for
+  // (forward: s.ht) or its gradient given (backward: s.dht), the conv state out's gradient given.
+  static void set_flags(States& s, const DeviceInputs& in) {
+    s.flags = (in.h0.empty() ? 0 : kStateH0) | (in.conv_state.empty() ? 0 : kStateConv) |
+              (s.ht.empty() && s.dht.empty() ? 0 : kStateCarry) | (s.dconv_out.empty() ? 0 : kStateDconvOut);
+  }
 
   void forward(const DeviceInputs& in, Tensor& out, Tape* tape, DeviceCarry* carry) {
     int B = 0, T = 0, S = 0;
@@ -405,13 +410,6 @@ struct LayerImpl {
     if (out.empty()) out = Tensor(ctx, out_shape, "out", in.qkv.dtype());
     for (const auto& [t, name, shape] : carried)
       if (t->empty()) *t = Tensor(ctx, shape, name);
-    States s;
-    if (!in.h0.empty()) s.flags |= kStateH0;
-    if (!in.conv_state.empty()) s.flags |= kStateConv;
-    if (carry) {
-      s.ht = carry->ht;
-      s.flags |= kStateCarry;
-    }
     if (cfg.check_finite) check_inputs_finite("forward", {&in.qkv, &in.z, &in.a, &in.b, &in.h0, &in.conv_state});
     const std::vector<Part> plan = in.cu_seqlens.empty() ? plan_parts(B, T) : plan_sequences(in.cu_seqlens);
     if (plan.size() > 1 || !in.cu_seqlens.empty()) {
@@ -437,6 +435,9 @@ struct LayerImpl {
       }
       ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
       ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
+      States s;
+      if (carry) s.ht = carry->ht;
+      set_flags(s, in);
       run([&](gpu::Recorder& r) { record_forward_part(r, in, out, *f, s, carry ? &carry->conv_state : nullptr); });
     }
     if (cfg.check_finite) check_outputs_finite("forward", {&out, carry ? &carry->ht : nullptr, carry ? &carry->conv_state : nullptr});
@@ -486,8 +487,11 @@ struct LayerImpl {
   // binding and T is within Config::part_tokens, else groups of whole windows, else runs of tokens of
   // one window (a multiple of the checkpoint interval; the state carried from one to the next).
   std::vector<Part> plan_parts(int B, int T) const;
-  bool fits_range(int nb, int nt, std::uint64_t range) const;
-  int run_tokens(int T, int cap, const std::function<bool(int, int)>& fits) const;
+  // Whether nb windows of nt tokens fit one storage binding.
+  bool fits_range(int nb, int nt) const;
+  // The tokens of a window's run where a window of T (or more than cap) does not fit: the longest
+  // multiple of the interval that does.
+  int run_tokens(int T, int cap) const;
   // The parts of a packed call: each sequence one part, or runs of its tokens where it does not fit.
   std::vector<Part> plan_sequences(const std::vector<std::int64_t>& cu) const;
   void forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
@@ -499,22 +503,15 @@ struct LayerImpl {
     check_tape(st);
     const int B = st->B, T = st->T, S = st->S;
     expect_shape("dout", dout, {B, T, cfg.value_dim()});
-    States s;
-    if (!st->inputs.h0.empty()) s.flags |= kStateH0;
-    if (!st->inputs.conv_state.empty()) s.flags |= kStateConv;
     if (dcarry && !dcarry->ht.empty()) {
       expect_shape("dht", dcarry->ht, state_shape(S));
       expect_f32("dht", dcarry->ht);
       check_context(dcarry->ht);
-      s.dht = dcarry->ht;
-      s.flags |= kStateCarry;
     }
     if (dcarry && !dcarry->conv_state.empty()) {
       expect_shape("dconv_state out", dcarry->conv_state, conv_state_shape(S));
       expect_f32("dconv_state out", dcarry->conv_state);
       check_context(dcarry->conv_state);
-      s.dconv_out = dcarry->conv_state;
-      s.flags |= kStateDconvOut;
     }
     // The gradients given are checked, then the others allocated: an input's gradient takes the
     // input's dtype, the rest are float32.
@@ -545,13 +542,18 @@ struct LayerImpl {
     }
     for (const auto& x : grads)
       if (x.t->empty()) *x.t = Tensor(ctx, x.shape, x.name, x.dtype);
-    if (!in.h0.empty()) s.dh0 = g.dh0;
-    if (cfg.check_finite) check_inputs_finite("backward", {&dout, &s.dht, &s.dconv_out});
+    if (cfg.check_finite)
+      check_inputs_finite("backward", {&dout, dcarry ? &dcarry->ht : nullptr, dcarry ? &dcarry->conv_state : nullptr});
     if (st->part_tapes.empty()) {
       ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
       ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
-    }
-    if (st->part_tapes.empty()) {
+      States s;
+      if (dcarry) {
+        s.dht = dcarry->ht;
+        s.dconv_out = dcarry->conv_state;
+      }
+      if (!in.h0.empty()) s.dh0 = g.dh0;
+      set_flags(s, in);
       run([&](gpu::Recorder& r) { record_backward_part(r, *st, dout, g, s, false); });
     } else {
       backward_parts(*st, dout, g, dcarry);

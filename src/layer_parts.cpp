@@ -5,16 +5,16 @@
 // back (backward): the same arithmetic as one call over the window, parts bound as views of the
 // call's tensors.
 #include <algorithm>
-#include <functional>
 #include <ranges>
 
 #include "layer_impl.hpp"
 
 namespace gdn::detail {
 
-bool LayerImpl::fits_range(int nb, int nt, std::uint64_t range) const {
+bool LayerImpl::fits_range(int nb, int nt) const {
   // every buffer the family declares, the workspaces, the boundary streams' rows (as float32: their
-  // stand-ins) and the states of nb windows of nt tokens
+  // stand-ins) and the states of nb windows of nt tokens, each within one binding's range
+  const std::uint64_t range = dev.info().max_storage_buffer_range;
   auto within = [&](const std::vector<BufferDecl>& ds) {
     return std::ranges::all_of(ds, [&](const BufferDecl& d) { return d.floats * kF <= range; });
   };
@@ -25,56 +25,56 @@ bool LayerImpl::fits_range(int nb, int nt, std::uint64_t range) const {
          std::uint64_t(nb) * cfg.nv * kD * kD * kF <= range;
 }
 
-int LayerImpl::run_tokens(int T, int cap, const std::function<bool(int, int)>& fits) const {
-  // the longest multiple of the interval, at most min(T, cap), whose run of one window fits
-  const int q = family->interval(T);
-  int lo = 0, hi = std::max(std::min(T, cap) / q, 1);
+namespace {
+// The largest k in 1 .. hi with fits(k) (fits holds up to some k and not beyond), or 0.
+template <class Fits>
+int largest_fitting(int hi, Fits&& fits) {
+  int lo = 0;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
-    if (fits(1, mid * q)) lo = mid;
+    if (fits(mid)) lo = mid;
     else hi = mid - 1;
   }
-  if (lo == 0)
+  return lo;
+}
+// Window or sequence `s` (its rows t = start .. end-1 of window b) in runs of at most nt tokens.
+void add_runs(std::vector<Part>& plan, int b, int s, int start, int end, int nt) {
+  for (int t0 = start; t0 < end; t0 += nt) plan.push_back({b, 1, t0, std::min(nt, end - t0), s, t0 == start, t0 + nt >= end});
+}
+}  // namespace
+
+int LayerImpl::run_tokens(int T, int cap) const {
+  // the longest multiple of the interval, at most min(T, cap), whose run of one window fits
+  const int q = family->interval(T);
+  const int runs = largest_fitting(std::max(std::min(T, cap) / q, 1), [&](int k) { return fits_range(1, k * q); });
+  if (runs == 0)
     throw Error("layer: one window's run of " + std::to_string(q) +
                 " tokens (the checkpoint interval) needs buffers over this device's maxStorageBufferRange of " +
                 std::to_string(dev.info().max_storage_buffer_range) + " bytes");
-  return lo * q;
+  return runs * q;
 }
 
 std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
-  const std::uint64_t range = dev.info().max_storage_buffer_range;
-  auto fits = [&](int nb, int nt) { return fits_range(nb, nt, range); };
   const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
-  if (T <= cap && fits(B, T)) return {Part{0, B, 0, T, 0, true, true}};
+  if (T <= cap && fits_range(B, T)) return {Part{0, B, 0, T, 0, true, true}};
   std::vector<Part> plan;
-  if (T <= cap && fits(1, T)) {  // groups of whole windows: the most that fit
-    int lo = 1, hi = B;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      (fits(mid, T) ? lo : hi) = fits(mid, T) ? mid : mid - 1;
-    }
-    for (int b0 = 0; b0 < B; b0 += lo) plan.push_back({b0, std::min(lo, B - b0), 0, T, b0, true, true});
+  if (T <= cap && fits_range(1, T)) {  // groups of whole windows: the most that fit
+    const int nb = largest_fitting(B, [&](int k) { return fits_range(k, T); });
+    for (int b0 = 0; b0 < B; b0 += nb) plan.push_back({b0, std::min(nb, B - b0), 0, T, b0, true, true});
     return plan;
   }
-  const int nt = run_tokens(T, cap, fits);
-  for (int b = 0; b < B; ++b)
-    for (int t0 = 0; t0 < T; t0 += nt) plan.push_back({b, 1, t0, std::min(nt, T - t0), b, t0 == 0, t0 + nt >= T});
+  const int nt = run_tokens(T, cap);
+  for (int b = 0; b < B; ++b) add_runs(plan, b, b, 0, T, nt);
   return plan;
 }
 
 std::vector<Part> LayerImpl::plan_sequences(const std::vector<std::int64_t>& cu) const {
   const int longest = int(std::ranges::max(std::views::iota(std::size_t(1), cu.size()) |
                                            std::views::transform([&](std::size_t i) { return cu[i] - cu[i - 1]; })));
-  const std::uint64_t range = dev.info().max_storage_buffer_range;
-  auto fits = [&](int nb, int nt) { return fits_range(nb, nt, range); };
   const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : longest;
-  const int nt = longest <= cap && fits(1, longest) ? longest : run_tokens(longest, cap, fits);
+  const int nt = longest <= cap && fits_range(1, longest) ? longest : run_tokens(longest, cap);
   std::vector<Part> plan;
-  for (std::size_t n = 0; n + 1 < cu.size(); ++n) {
-    const int start = int(cu[n]), end = int(cu[n + 1]);
-    for (int t0 = start; t0 < end; t0 += nt)
-      plan.push_back({0, 1, t0, std::min(nt, end - t0), int(n), t0 == start, t0 + nt >= end});
-  }
+  for (std::size_t n = 0; n + 1 < cu.size(); ++n) add_runs(plan, 0, int(n), int(cu[n]), int(cu[n + 1]), nt);
   return plan;
 }
 
@@ -83,12 +83,18 @@ namespace {
 const Part& largest(const std::vector<Part>& plan) {
   return *std::ranges::max_element(plan, {}, [](const Part& p) { return std::int64_t(p.nb) * p.nt; });
 }
-// Rows b0*T + t0 .. of a [B, T, ...] tensor for part p, as [nb, nt, ...]; empty stays empty.
+// The shape of part p's rows of a [B, T, ...] stream: [nb, nt, ...].
 std::vector<std::int64_t> part_shape(const Tensor& t, const Part& p) {
   std::vector<std::int64_t> s = t.shape();
   s[0] = p.nb;
   s[1] = p.nt;
   return s;
+}
+// n elements of `from` from element `at` into `to` at element `to_at` (one dtype; any offsets),
+// without a barrier.
+void copy_rows(gpu::Recorder& r, const Tensor& from, std::size_t at, const Tensor& to, std::size_t to_at, std::size_t n) {
+  const std::size_t e = dtype_bytes(to.dtype());
+  r.copy(*storage_of(from).buffer, at * e, *storage_of(to).buffer, to_at * e, n * e, false);
 }
 std::int64_t row_elems(const Tensor& t) { return t.numel() / (t.shape()[0] * t.shape()[1]); }
 // Part p's rows of a [B, T, ...] stream (windows b0 .. b0+nb-1, tokens t0 .. t0+nt-1), as a view.
@@ -156,24 +162,19 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
     for (std::size_t i = 0; i < plan.size(); ++i) {
       const Part& p = plan[i];
       TapeState& pt = *parts[i];
-      const std::size_t ab = std::size_t(p.nb) * p.nt * cfg.nv * dtype_bytes(in.a.dtype()),
-                        at = (std::size_t(p.b0) * T + p.t0) * cfg.nv;
-      r.copy(*storage_of(in.a).buffer, at * dtype_bytes(in.a.dtype()), *storage_of(pt.inputs.a).buffer, 0, ab, false);
-      r.copy(*storage_of(in.b).buffer, at * dtype_bytes(in.b.dtype()), *storage_of(pt.inputs.b).buffer, 0,
-             std::size_t(p.nb) * p.nt * cfg.nv * dtype_bytes(in.b.dtype()), true);
-      const bool last = p.last;
+      for (auto [from, to] : {std::pair{&in.a, &pt.inputs.a}, {&in.b, &pt.inputs.b}})
+        copy_rows(r, *from, (std::size_t(p.b0) * T + p.t0) * cfg.nv, *to, 0, std::size_t(to->numel()));
+      r.barrier();
       States s;
-      if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
-      if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
       Tensor conv_out;
-      if (!last) {
+      if (!p.last) {
         s.ht = parts[i + 1]->inputs.h0;
         conv_out = parts[i + 1]->inputs.conv_state;
       } else if (carry) {
         s.ht = windows(carry->ht, p, "ht");
         conv_out = windows(carry->conv_state, p, "conv_state out");
       }
-      if (!s.ht.empty()) s.flags |= kStateCarry;
+      set_flags(s, pt.inputs);
       ensure(family_scratch, p.nb, p.nt, false, [&] { return family->scratch_buffers(p.nb, p.nt); }, true);
       BufferSet* f = &pt.fwd;
       if (!tape) {
@@ -226,19 +227,14 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
     for (std::size_t i = plan.size(); i-- > 0;) {
       const Part& p = plan[i];
       const TapeState& pt = *st.part_tapes[i];
-      const bool last = p.last;
       States s;
-      if (!pt.inputs.h0.empty()) s.flags |= kStateH0;
-      if (!pt.inputs.conv_state.empty()) s.flags |= kStateConv;
-      if (!last) {
+      if (!p.last) {
         s.dht = dh0[i + 1];
         s.dconv_out = dcs[i + 1];
       } else if (dcarry) {
         s.dht = windows(dcarry->ht, p, "dht");
         s.dconv_out = windows(dcarry->conv_state, p, "dconv_state out");
       }
-      if (!s.dht.empty()) s.flags |= kStateCarry;
-      if (!s.dconv_out.empty()) s.flags |= kStateDconvOut;
       DeviceGrads gp = g;
       gp.dqkv = rows(g.dqkv, p);
       gp.dz = rows(g.dz, p);
@@ -247,15 +243,13 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
       gp.dh0 = !p.first ? dh0[i] : windows(g.dh0, p, "dh0");
       gp.dconv_state = !p.first ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
       if (!pt.inputs.h0.empty()) s.dh0 = gp.dh0;
+      set_flags(s, pt.inputs);
       ensure(bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
       ensure(param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);
       record_backward_part(r, pt, rows(dout, p), gp, s, !first);
       first = false;
-      const std::size_t at = (std::size_t(p.b0) * T + p.t0) * cfg.nv;
-      for (auto [from, to] : {std::pair{&da[i], &g.da}, {&db[i], &g.db}}) {
-        const std::size_t e = dtype_bytes(to->dtype());
-        r.copy(*storage_of(*from).buffer, 0, *storage_of(*to).buffer, at * e, std::size_t(from->numel()) * e, false);
-      }
+      for (auto [from, to] : {std::pair{&da[i], &g.da}, {&db[i], &g.db}})
+        copy_rows(r, *from, 0, *to, (std::size_t(p.b0) * T + p.t0) * cfg.nv, std::size_t(from->numel()));
       r.barrier();
     }
   });
