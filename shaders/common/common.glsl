@@ -35,19 +35,16 @@ layout(push_constant) uniform Push {
 bool has(uint flag) { return (pc.flags & flag) != 0u; }
 
 // bfloat16 storage: a word holds two elements, the first in its low half. Four channels are a uvec2.
-vec4 widen_bf16x4(uvec2 w) {
-  return vec4(uintBitsToFloat(w.x << 16), uintBitsToFloat(w.x & 0xFFFF0000u), uintBitsToFloat(w.y << 16),
-              uintBitsToFloat(w.y & 0xFFFF0000u));
-}
+vec2 widen_bf16x2(uint w) { return vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xFFFF0000u)); }
+vec4 widen_bf16x4(uvec2 w) { return vec4(widen_bf16x2(w.x), widen_bf16x2(w.y)); }
 // x's bfloat16 bits: ties to even, overflow to Inf, NaN kept quiet (gdn::to_bfloat16).
 uint bf16_bits(float x) {
   const uint u = floatBitsToUint(x);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
-uvec2 round_bf16x4(vec4 v) {
-  return uvec2(bf16_bits(v.x) | (bf16_bits(v.y) << 16), bf16_bits(v.z) | (bf16_bits(v.w) << 16));
-}
+uint round_bf16x2(vec2 v) { return bf16_bits(v.x) | (bf16_bits(v.y) << 16); }
+uvec2 round_bf16x4(vec4 v) { return uvec2(round_bf16x2(v.xy), round_bf16x2(v.zw)); }
 
 // y, the conv output the recurrences read, holds only the v channels: [B, T, nv*D] (q and k leave
 // conv_fwd normalized, in qkn). The element index of token row bt's head h, column 0:

@@ -11,11 +11,10 @@ void main() {
   const uint i = linear_group() * 256u + gl_LocalInvocationIndex;
   const uint e = 2u * i;
   if (e >= pc.n) return;
-  const uint lo = bf16_bits(src[e]);
   if (e + 1u < pc.n) {
-    dst[i] = lo | (bf16_bits(src[e + 1u]) << 16);
+    dst[i] = round_bf16x2(vec2(src[e], src[e + 1u]));
   } else {  // an odd count's last element: the word's upper half is not the tensor's, kept as it is
     atomicAnd(dst[i], 0xFFFF0000u);
-    atomicOr(dst[i], lo);
+    atomicOr(dst[i], bf16_bits(src[e]));
   }
 }

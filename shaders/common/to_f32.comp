@@ -11,7 +11,7 @@ void main() {
   const uint i = linear_group() * 256u + gl_LocalInvocationIndex;
   const uint e = 2u * i;
   if (e >= pc.n) return;
-  const uint w = src[i];
-  dst[e] = uintBitsToFloat(w << 16);
-  if (e + 1u < pc.n) dst[e + 1u] = uintBitsToFloat(w & 0xFFFF0000u);
+  const vec2 x = widen_bf16x2(src[i]);
+  dst[e] = x.x;
+  if (e + 1u < pc.n) dst[e + 1u] = x.y;
 }
