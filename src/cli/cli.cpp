@@ -464,8 +464,7 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   Layer layer(ctx, cfg, params);
   params = {};
 
-  std::vector<Output> outputs = o.bf16 ? run_bf16(ctx, layer, p, o, conv_shape, a_log_shape, dt_bias_shape, norm_shape)
-                                        : run_f32(layer, p, o, conv_shape, a_log_shape, dt_bias_shape, norm_shape);
+  const std::vector<Output> outputs = run_layer(ctx, layer, p, o, conv_shape, a_log_shape, dt_bias_shape, norm_shape);
   write_outputs(o.out, outputs);
 
   out << "gdn run: B=" << p.B << " T=" << p.T << " nv=" << p.nv << " nk=" << p.nk << " K=" << p.K

@@ -1,5 +1,6 @@
 #include "cli/npy.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cerrno>
@@ -193,18 +194,26 @@ Header read_header(const std::filesystem::path& path, bool integers) {
   return a;
 }
 
-Array read_payload(const std::filesystem::path& path, const Header& header) {
-  const std::int64_t want = data_bytes(header.shape);
+namespace {
+// The payload read_header described, into dst (its bytes; the file is checked again: it must not have
+// changed size in between).
+void read_bytes(const std::filesystem::path& path, const Header& header, void* dst) {
+  const std::int64_t want = data_bytes(header.shape, header.elem_bytes);
   if (want < 0 || regular_file_size(path) != header.data_offset + std::uint64_t(want))
     fail(path, "changed since its header was read");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
   in.seekg(static_cast<std::streamoff>(header.data_offset));
+  if (want > 0 && !in.read(static_cast<char*>(dst), want))
+    fail(path, "read error while reading " + std::to_string(want) + " bytes of data");
+}
+}  // namespace
+
+Array read_payload(const std::filesystem::path& path, const Header& header) {
   Array a;
   a.shape = header.shape;
-  a.data.resize(static_cast<std::size_t>(want / 4));
-  if (want > 0 && !in.read(reinterpret_cast<char*>(a.data.data()), want))
-    fail(path, "read error while reading " + std::to_string(want) + " bytes of data");
+  a.data.resize(static_cast<std::size_t>(std::max<std::int64_t>(data_bytes(header.shape), 0) / 4));
+  read_bytes(path, header, a.data.data());
   return a;
 }
 
@@ -212,14 +221,9 @@ Array read_f32(const std::filesystem::path& path) { return read_payload(path, re
 
 std::vector<std::int64_t> read_ints(const std::filesystem::path& path, std::vector<std::int64_t>& shape) {
   const Header h = read_header(path, true);
-  const std::int64_t want = data_bytes(h.shape, h.elem_bytes);
-  if (want < 0 || regular_file_size(path) != h.data_offset + std::uint64_t(want)) fail(path, "changed since its header was read");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
-  in.seekg(static_cast<std::streamoff>(h.data_offset));
-  std::vector<char> raw(static_cast<std::size_t>(want));
-  if (want > 0 && !in.read(raw.data(), want)) fail(path, "read error while reading " + std::to_string(want) + " bytes of data");
-  std::vector<std::int64_t> v(static_cast<std::size_t>(want / h.elem_bytes));
+  std::vector<char> raw(static_cast<std::size_t>(data_bytes(h.shape, h.elem_bytes)));
+  read_bytes(path, h, raw.data());
+  std::vector<std::int64_t> v(raw.size() / std::size_t(h.elem_bytes));
   for (std::size_t i = 0; i < v.size(); ++i) {  // little-endian, as the descr says
     if (h.elem_bytes == 8) {
       std::memcpy(&v[i], raw.data() + 8 * i, 8);

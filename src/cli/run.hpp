@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `gdn run`'s flags, its inputs as read, and its calls of the layer (float32 through the host API,
-// --bf16 through the device API with bfloat16 tensors).
+// `gdn run`'s flags, its inputs as read, and its calls of the layer.
 #pragma once
 
 #include <filesystem>
@@ -33,11 +32,11 @@ struct Problem {
 };
 
 using Shape = std::vector<std::int64_t>;
-// The outputs of the call, in the order they are written.
-std::vector<Output> run_f32(Layer& layer, Problem& p, const RunOptions& o, const Shape& conv_shape,
-                            const Shape& a_log_shape, const Shape& dt_bias_shape, const Shape& norm_shape);
-std::vector<Output> run_bf16(const std::shared_ptr<Context>& ctx, Layer& layer, Problem& p, const RunOptions& o,
-                             const Shape& conv_shape, const Shape& a_log_shape, const Shape& dt_bias_shape,
-                             const Shape& norm_shape);
+// The outputs of the call, in the order they are written, through the device API: the streams
+// float32, or with --bf16 bfloat16 (rounded on upload; the outputs the calls allocate take their
+// inputs' dtype and are widened on download).
+std::vector<Output> run_layer(const std::shared_ptr<Context>& ctx, Layer& layer, Problem& p, const RunOptions& o,
+                              const Shape& conv_shape, const Shape& a_log_shape, const Shape& dt_bias_shape,
+                              const Shape& norm_shape);
 
 }  // namespace gdn::cli
