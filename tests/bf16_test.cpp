@@ -73,13 +73,6 @@ class Bf16 : public DeviceTest, public ::testing::WithParamInterface<Family> {
     return Config{.nv = nv, .nk = nk, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
                   .matrix_units = GetParam().matrix_units};
   }
-  static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want,
-                    double tolerance) {
-    const double err = rel_l2(got, want);
-    std::printf("[gdn]   %-12s rel L2 error %.3e (bound %.0e)\n", what, err, tolerance);
-    EXPECT_EQ(count_nonfinite(got), 0u) << what;
-    EXPECT_LE(err, tolerance) << what;
-  }
   static Tensor tensor(const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name, DType d) {
     Tensor t(context(), std::move(shape), name, d);
     t.upload(v);
@@ -114,18 +107,18 @@ TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
   for (const Tensor* t : {&g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
     EXPECT_EQ(t->dtype(), DType::Float32) << t->name();
   std::printf("[gdn] %s, B %d, T %d, bfloat16 streams:\n", GetParam().name, B, T);
-  check("out", out.download(), rounded(want.out), kBf16Tolerance);
-  check("ht", carry.ht.download(), want.ht, kTolerance);
-  check("conv_state out", carry.conv_state.download(), want.conv_state_out, 0);  // qkv's rows, widened
-  check("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
-  check("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
-  check("da", g.da.download(), rounded(want.da), kBf16Tolerance);
-  check("db", g.db.download(), rounded(want.db), kBf16Tolerance);
-  check("dconv", g.dconv.download(), want.dconv, kTolerance);
-  check("da_log", g.da_log.download(), want.da_log, kTolerance);
-  check("ddt_bias", g.ddt_bias.download(), want.ddt_bias, kTolerance);
-  check("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
-  check("dconv_state", g.dconv_state.download(), want.dconv_state, kTolerance);
+  expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
+  expect_close("ht", carry.ht.download(), want.ht, kTolerance);
+  expect_close("conv_state out", carry.conv_state.download(), want.conv_state_out, 0);  // qkv's rows, widened
+  expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
+  expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
+  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+  expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+  expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);
+  expect_close("da_log", g.da_log.download(), want.da_log, kTolerance);
+  expect_close("ddt_bias", g.ddt_bias.download(), want.ddt_bias, kTolerance);
+  expect_close("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
+  expect_close("dconv_state", g.dconv_state.download(), want.dconv_state, kTolerance);
 
   // float32 outputs of the same inputs: the rounding of each is the bfloat16 output, bit for bit
   Tensor out32(context(), {B, T, cfg.value_dim()}, "out32");
@@ -172,12 +165,12 @@ TEST_P(Bf16, EachStreamOnItsOwn) {
                   .db = Tensor(context(), {B, T, cfg.nv}, "db")};
     layer.backward(tape, dout, g);
     std::printf("[gdn] %s, %s bfloat16:\n", GetParam().name, names[which]);
-    check("out", out.download(), want.out, kTolerance);
-    check("dqkv", g.dqkv.download(), want.dqkv, kTolerance);
-    check("dz", g.dz.download(), want.dz, kTolerance);
-    check("da", g.da.download(), want.da, kTolerance);
-    check("db", g.db.download(), want.db, kTolerance);
-    check("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
+    expect_close("out", out.download(), want.out, kTolerance);
+    expect_close("dqkv", g.dqkv.download(), want.dqkv, kTolerance);
+    expect_close("dz", g.dz.download(), want.dz, kTolerance);
+    expect_close("da", g.da.download(), want.da, kTolerance);
+    expect_close("db", g.db.download(), want.db, kTolerance);
+    expect_close("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
   }
 }
 
@@ -205,7 +198,7 @@ TEST_P(Bf16, OddCountKeepsTheBytesAfterTheTensor) {
     for (auto* v : {&r.qkv, &r.z, &r.a, &r.b, &r.dout}) *v = rounded(*v);
     return r;
   }(), B, T);
-  check("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
 }
 
 // bfloat16 where float32 is required: states, their gradients and the parameters' gradients.

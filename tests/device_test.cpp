@@ -57,10 +57,7 @@ class Parity : public DeviceTest, public ::testing::WithParamInterface<Param> {
     return std::string(to_string(layer.variant())) + (layer.config().matrix_units ? " (matrix units)" : "");
   }
   static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want) {
-    const double err = rel_l2(got, want);
-    std::printf("[gdn]   %-8s rel L2 error %.3e\n", what, err);
-    EXPECT_EQ(count_nonfinite(got), 0u) << what << ": NaN or Inf (unwritten element?)";
-    EXPECT_LE(err, kTolerance) << what;
+    expect_close(what, got, want, kTolerance);
   }
 };
 

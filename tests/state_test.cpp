@@ -26,10 +26,7 @@ class States : public DeviceTest, public ::testing::WithParamInterface<Family> {
   }
   static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want,
                     double tolerance = kTolerance) {
-    const double err = rel_l2(got, want);
-    std::printf("[gdn]   %-15s rel L2 error %.3e\n", what, err);
-    EXPECT_EQ(count_nonfinite(got), 0u) << what;
-    EXPECT_LE(err, tolerance) << what;
+    expect_close(what, got, want, tolerance);
   }
   // Random states in and state gradients for a batch of B windows.
   static void add_states(const Config& cfg, Batch& x, int B, std::uint64_t seed) {

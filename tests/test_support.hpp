@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -159,6 +160,16 @@ inline std::size_t count_nonfinite(const std::vector<float>& v) {
   std::size_t n = 0;
   for (float x : v) n += !std::isfinite(x);
   return n;
+}
+
+/// Expects got within `tolerance` (relative L2) of want and every element finite (outputs are
+/// poisoned with NaN first: a NaN is an unwritten element); prints the error reached.
+inline void expect_close(const char* what, const std::vector<float>& got, const std::vector<double>& want,
+                         double tolerance) {
+  const double err = rel_l2(got, want);
+  std::printf("[gdn]   %-15s rel L2 error %.3e\n", what, err);
+  EXPECT_EQ(count_nonfinite(got), 0u) << what << ": NaN or Inf (unwritten element?)";
+  EXPECT_LE(err, tolerance) << what;
 }
 
 }  // namespace gdn::test

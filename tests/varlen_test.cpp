@@ -16,9 +16,7 @@ namespace {
 constexpr double kTolerance = 1e-5;
 
 void check(const char* what, const std::vector<float>& got, const std::vector<float>& want) {
-  const double err = rel_l2(got, std::vector<double>(want.begin(), want.end()));
-  EXPECT_EQ(count_nonfinite(got), 0u) << what;
-  EXPECT_LE(err, kTolerance) << what;
+  expect_close(what, got, std::vector<double>(want.begin(), want.end()), kTolerance);
 }
 std::vector<float> slice(const std::vector<float>& v, std::size_t from, std::size_t n) {
   return {v.begin() + std::ptrdiff_t(from), v.begin() + std::ptrdiff_t(from + n)};
