@@ -72,13 +72,17 @@ const std::vector<KernelTime>& Layer::last_timings() const { return impl_->timin
 
 std::size_t Layer::workspace_bytes() const {
   const auto& m = *impl_;
-  std::size_t n = m.scratch_fwd.bytes() + m.bwd.bytes() + m.param_work.bytes() + m.family_scratch.bytes();
-  for (const Tensor* t : {&m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
+  std::size_t n = 0;
+  for (const auto& w : m.work) {
+    n += w.scratch_fwd.bytes() + w.bwd.bytes() + w.param_work.bytes() + w.family_scratch.bytes();
+    for (const Tensor* t : {&w.f32.z, &w.f32.a, &w.f32.b, &w.f32.out, &w.f32.dout, &w.f32.dz, &w.f32.da, &w.f32.db})
+      n += t->bytes();
+  }
+  for (const Tensor* t : {&m.lane_sums, &m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,
                           &m.host_grads.da, &m.host_grads.db, &m.host_in.h0, &m.host_in.conv_state,
                           &m.host_carry.ht, &m.host_carry.conv_state, &m.host_dcarry.ht, &m.host_dcarry.conv_state,
-                          &m.host_grads.dh0, &m.host_grads.dconv_state, &m.f32.z, &m.f32.a,
-                          &m.f32.b, &m.f32.out, &m.f32.dout, &m.f32.dz, &m.f32.da, &m.f32.db})
+                          &m.host_grads.dh0, &m.host_grads.dconv_state})
     n += t->bytes();
   return n;
 }

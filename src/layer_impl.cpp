@@ -46,8 +46,43 @@ void LayerImpl::record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, 
   r.barrier();  // the copies write disjoint rows: one barrier after them all
 }
 
-void LayerImpl::record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& z, const Tensor& dout,
-                        const DeviceGrads& g, bool accumulate) {
+void LayerImpl::record_forward_part(gpu::Recorder& r, Work& w, const DeviceInputs& in, const Tensor& out,
+                                    const BufferSet& f, const States& s, const Tensor* conv_state_out) {
+  const DeviceInputs fin = f32_inputs(in, w.f32);
+  const Tensor out32 = f32_of(out, w.f32.out);
+  States sb = s;
+  if (in.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
+  record_widen(r, in, fin);
+  family->record_forward(r, fin, out32, f, w.family_scratch, sb);
+  if (conv_state_out) {
+    record_conv_state_out(r, fin, *conv_state_out, f.B, f.T);
+    r.mark("conv_state_out");
+  }
+  record_cast(r, out32, out, "out");
+}
+
+void LayerImpl::record_backward_part(gpu::Recorder& r, Work& w, const TapeState& st, const Tensor& dout,
+                                     const DeviceGrads& g, const States& s, bool accumulate) {
+  const DeviceInputs fin = f32_inputs(st.inputs, w.f32);
+  const Tensor dout32 = f32_of(dout, w.f32.dout);
+  DeviceGrads g32 = g;  // dqkv as it is: conv_bwd stores bfloat16 itself (kBf16Dqkv)
+  g32.dz = f32_of(g.dz, w.f32.dz);
+  g32.da = f32_of(g.da, w.f32.da);
+  g32.db = f32_of(g.db, w.f32.db);
+  record_widen(r, st.inputs, fin);
+  record_cast(r, dout, dout32, "dout");
+  States sb = s;
+  if (fin.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
+  if (g.dqkv.dtype() == DType::BFloat16) sb.flags |= kBf16Dqkv;
+  family->record_backward(r, fin, st.fwd, dout32, g32, w.bwd, w.param_work[0], sb);
+  if (cfg.param_grads) record_param_grads(r, w.param_work, st, fin.z, dout32, g32, accumulate);
+  record_cast(r, g32.dz, g.dz, "dz");
+  record_cast(r, g32.da, g.da, "da");
+  record_cast(r, g32.db, g.db, "db");
+}
+
+void LayerImpl::record_param_grads(gpu::Recorder& r, const BufferSet& param_work, const TapeState& st,
+                                   const Tensor& z, const Tensor& dout, const DeviceGrads& g, bool accumulate) {
   const auto& k = family->common_kernels();
   const auto t = family->norm_tape(st.fwd);
   Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});

@@ -83,10 +83,27 @@ struct LayerImpl {
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   std::unique_ptr<Family> family;
-  BufferSet scratch_fwd;  // for forwards without a tape
-  BufferSet bwd;          // the backward's workspace
-  BufferSet param_work;   // the parameter-gradient passes' partial sums (conv_bwd's, param_part's)
-  BufferSet family_scratch;  // the family's scratch_buffers
+  // The families read and write float32: a bfloat16 input is widened into a float32 stand-in before
+  // their passes and a bfloat16 output is stored from one after them (shaders/common/to_f32.comp,
+  // to_bf16.comp).
+  struct StandIns {
+    Tensor z, a, b, out, dout, dz, da, db;  // (qkv and dqkv: the conv kernels read and write bfloat16)
+  };
+  // What one run of the family's passes writes beside its tape and the call's tensors, kept between
+  // calls of one shape: work[0], and one more set for each further lane where a packed call's
+  // sequences run side by side (layer_parts.cpp).
+  struct Work {
+    BufferSet scratch_fwd;     // for forwards without a tape
+    BufferSet bwd;             // the backward's workspace
+    BufferSet param_work;      // the parameter-gradient passes' partial sums (conv_bwd's, param_part's)
+    BufferSet family_scratch;  // the family's scratch_buffers
+    StandIns f32;              // float32 stand-ins of bfloat16 streams
+  };
+  std::vector<Work> work = std::vector<Work>(1);
+  // Each lane's parameters' gradients over its sequences, [lanes][...] (layer_parts.cpp), and the
+  // pass that adds them up (shaders/common/param_lanes.comp), built at the first call in lanes.
+  Tensor lane_sums;
+  std::shared_ptr<gpu::Pipeline> param_lanes;
   // Host API staging: device copies of host inputs (tape-less), the output and the gradients.
   DeviceInputs host_in;
   Tensor host_out, host_dout;
@@ -189,14 +206,7 @@ struct LayerImpl {
                     "(after its command buffer has completed) first");
   }
 
-  // ---- bfloat16 boundary tensors ----
-  // The families read and write float32: a bfloat16 input is widened into a float32 stand-in before
-  // their passes and a bfloat16 output is stored from one after them (shaders/common/to_f32.comp,
-  // to_bf16.comp). The stand-ins are kept between calls of one shape.
-  struct StandIns {
-    Tensor z, a, b, out, dout, dz, da, db;  // (qkv and dqkv: the conv kernels read and write bfloat16)
-  };
-  StandIns f32;
+  // ---- bfloat16 boundary tensors (Work::f32) ----
   std::optional<CastKernels> casts;  // built at the first bfloat16 call
 
   // t where it is float32 (or empty), else a float32 tensor of t's shape: `slot`, or a view of its
@@ -235,7 +245,7 @@ struct LayerImpl {
   }
   // The inputs the family reads for `in`: its bfloat16 streams' float32 stand-ins, but qkv as it is
   // (the conv kernels read bfloat16 qkv themselves: Push::flags kBf16Qkv).
-  DeviceInputs f32_inputs(const DeviceInputs& in) {
+  DeviceInputs f32_inputs(const DeviceInputs& in, StandIns& f32) {
     DeviceInputs f = in;
     f.z = f32_of(in.z, f32.z);
     f.a = f32_of(in.a, f32.a);
@@ -259,8 +269,8 @@ struct LayerImpl {
 
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
   // da_log from da (shaders/common/param_part.comp, param_sum.comp).
-  void record_param_grads(gpu::Recorder& r, const TapeState& st, const Tensor& z, const Tensor& dout,
-                          const DeviceGrads& g, bool accumulate);
+  void record_param_grads(gpu::Recorder& r, const BufferSet& param_work, const TapeState& st, const Tensor& z,
+                          const Tensor& dout, const DeviceGrads& g, bool accumulate);
 
   // ---- checks ----
 
@@ -415,7 +425,7 @@ struct LayerImpl {
     if (plan.size() > 1 || !in.cu_seqlens.empty()) {
       forward_parts(in, out, tape, carry, plan);
     } else {
-      BufferSet* f = &scratch_fwd;
+      BufferSet* f = &work[0].scratch_fwd;
       if (tape) {
         auto& st = tape_state(*tape);
         if (!st.part_tapes.empty() || (st.recorded() && st.layer_id != id)) {  // another layout's buffers go
@@ -434,53 +444,23 @@ struct LayerImpl {
         f = &st.fwd;
       }
       ensure(*f, B, T, tape != nullptr, [&] { return family->forward_buffers(B, T, tape != nullptr); });
-      ensure(family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
+      ensure(work[0].family_scratch, B, T, false, [&] { return family->scratch_buffers(B, T); });
       States s;
       if (carry) s.ht = carry->ht;
       set_flags(s, in);
-      run([&](gpu::Recorder& r) { record_forward_part(r, in, out, *f, s, carry ? &carry->conv_state : nullptr); });
+      run([&](gpu::Recorder& r) { record_forward_part(r, work[0], in, out, *f, s, carry ? &carry->conv_state : nullptr); });
     }
     if (cfg.check_finite) check_outputs_finite("forward", {&out, carry ? &carry->ht : nullptr, carry ? &carry->conv_state : nullptr});
   }
 
-  // One forward of (f.B, f.T) windows and tokens: the family's passes between the casts of bfloat16
-  // streams, and the conv state out where `conv_state_out` is given.
-  void record_forward_part(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
-                           const States& s, const Tensor* conv_state_out) {
-    const DeviceInputs fin = f32_inputs(in);
-    const Tensor out32 = f32_of(out, f32.out);
-    States sb = s;
-    if (in.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
-    record_widen(r, in, fin);
-    family->record_forward(r, fin, out32, f, family_scratch, sb);
-    if (conv_state_out) {
-      record_conv_state_out(r, fin, *conv_state_out, f.B, f.T);
-      r.mark("conv_state_out");
-    }
-    record_cast(r, out32, out, "out");
-  }
-
-  // One backward of a part (or of the whole call) from its tape: g's input gradients of its rows, the
-  // parameters' gradients added to g's where `accumulate`.
-  void record_backward_part(gpu::Recorder& r, const TapeState& st, const Tensor& dout, const DeviceGrads& g,
-                            const States& s, bool accumulate) {
-    const DeviceInputs fin = f32_inputs(st.inputs);
-    const Tensor dout32 = f32_of(dout, f32.dout);
-    DeviceGrads g32 = g;  // dqkv as it is: conv_bwd stores bfloat16 itself (kBf16Dqkv)
-    g32.dz = f32_of(g.dz, f32.dz);
-    g32.da = f32_of(g.da, f32.da);
-    g32.db = f32_of(g.db, f32.db);
-    record_widen(r, st.inputs, fin);
-    record_cast(r, dout, dout32, "dout");
-    States sb = s;
-    if (fin.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
-    if (g.dqkv.dtype() == DType::BFloat16) sb.flags |= kBf16Dqkv;
-    family->record_backward(r, fin, st.fwd, dout32, g32, bwd, param_work[0], sb);
-    if (cfg.param_grads) record_param_grads(r, st, fin.z, dout32, g32, accumulate);
-    record_cast(r, g32.dz, g.dz, "dz");
-    record_cast(r, g32.da, g.da, "da");
-    record_cast(r, g32.db, g.db, "db");
-  }
+  // One forward of (f.B, f.T) windows and tokens with w: the family's passes between the casts of
+  // bfloat16 streams, and the conv state out where `conv_state_out` is given.
+  void record_forward_part(gpu::Recorder& r, Work& w, const DeviceInputs& in, const Tensor& out, const BufferSet& f,
+                           const States& s, const Tensor* conv_state_out);
+  // One backward of a part (or of the whole call) from its tape with w: g's input gradients of its
+  // rows, the parameters' gradients added to g's where `accumulate`.
+  void record_backward_part(gpu::Recorder& r, Work& w, const TapeState& st, const Tensor& dout, const DeviceGrads& g,
+                            const States& s, bool accumulate);
 
   // ---- calls run as parts (layer_parts.cpp) ----
   // The parts of a call of B windows of T tokens: one (the call) where every buffer fits one storage
@@ -545,8 +525,8 @@ struct LayerImpl {
     if (cfg.check_finite)
       check_inputs_finite("backward", {&dout, dcarry ? &dcarry->ht : nullptr, dcarry ? &dcarry->conv_state : nullptr});
     if (st->part_tapes.empty()) {
-      ensure(bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
-      ensure(param_work, B, T, true, [&] { return param_buffers(B, T); });
+      ensure(work[0].bwd, B, T, true, [&] { return family->backward_buffers(B, T); });
+      ensure(work[0].param_work, B, T, true, [&] { return param_buffers(B, T); });
       States s;
       if (dcarry) {
         s.dht = dcarry->ht;
@@ -554,7 +534,7 @@ struct LayerImpl {
       }
       if (!in.h0.empty()) s.dh0 = g.dh0;
       set_flags(s, in);
-      run([&](gpu::Recorder& r) { record_backward_part(r, *st, dout, g, s, false); });
+      run([&](gpu::Recorder& r) { record_backward_part(r, work[0], *st, dout, g, s, false); });
     } else {
       backward_parts(*st, dout, g, dcarry);
     }

@@ -5,6 +5,8 @@
 // back (backward): the same arithmetic as one call over the window, parts bound as views of the
 // call's tensors.
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <ranges>
 
 #include "layer_impl.hpp"
@@ -79,10 +81,49 @@ std::vector<Part> LayerImpl::plan_sequences(const std::vector<std::int64_t>& cu)
 }
 
 namespace {
-// The part of the most tokens (the first of a long call's; any of a packed call's).
-const Part& largest(const std::vector<Part>& plan) {
-  return *std::ranges::max_element(plan, {}, [](const Part& p) { return std::int64_t(p.nb) * p.nt; });
+std::int64_t tokens(const Part& p) { return std::int64_t(p.nb) * p.nt; }
+// The part of the most tokens among parts `of` of the plan.
+const Part& largest(const std::vector<Part>& plan, const std::vector<std::size_t>& of) {
+  return plan[*std::ranges::max_element(of, {}, [&](std::size_t i) { return tokens(plan[i]); })];
 }
+
+// Lanes that run side by side (gpu::Recorder::begin_lanes), each with its own workspaces: at most
+// this many, so that the workspaces stay near one call's of the same tokens.
+constexpr std::size_t kMaxLanes = 8;
+
+// The parts of each lane. A packed call whose sequences each run as one part: up to kMaxLanes lanes,
+// the parts taken longest first, each into the lane of the fewest tokens so far. Any other plan (its
+// parts carry state from one to the next, or they are groups of windows split for the binding range):
+// one lane, in the plan's order.
+std::vector<std::vector<std::size_t>> lanes_of(const std::vector<Part>& plan, bool packed) {
+  std::vector<std::size_t> order(plan.size());
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  if (!packed || plan.size() < 2 || !std::ranges::all_of(plan, [](const Part& p) { return p.first && p.last; }))
+    return {order};
+  std::ranges::stable_sort(order, std::greater{}, [&](std::size_t i) { return tokens(plan[i]); });
+  std::vector<std::vector<std::size_t>> lanes(std::min(plan.size(), kMaxLanes));
+  std::vector<std::int64_t> load(lanes.size(), 0);
+  for (std::size_t i : order) {
+    const auto l = std::size_t(std::ranges::min_element(load) - load.begin());
+    lanes[l].push_back(i);
+    load[l] += tokens(plan[i]);
+  }
+  return lanes;
+}
+
+// Where a lane's parameters' gradients lie in LayerImpl::lane_sums (shaders/common/param_lanes.comp):
+// dconv [C*K] at 0, then dnorm [D], ddt_bias [nv], da_log [nv], each from a multiple of 64 floats (256
+// bytes: a storage-buffer offset every device aligns to).
+struct ParamSumLayout {
+  std::int64_t dnorm, ddt_bias, da_log, stride;
+  explicit ParamSumLayout(const Config& cfg) {
+    auto align = [](std::int64_t n) { return (n + 63) / 64 * 64; };
+    dnorm = align(std::int64_t(cfg.channels()) * cfg.conv_taps);
+    ddt_bias = dnorm + align(kHeadDim);
+    da_log = ddt_bias + align(cfg.nv);
+    stride = da_log + align(cfg.nv);
+  }
+};
 // The shape of part p's rows of a [B, T, ...] stream: [nb, nt, ...].
 std::vector<std::int64_t> part_shape(const Tensor& t, const Part& p) {
   std::vector<std::int64_t> s = t.shape();
@@ -117,9 +158,16 @@ Tensor state_rows(const LayerImpl& m, const Tensor& t, const Part& p, const char
 void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
                               const std::vector<Part>& plan) {
   const int T = int(in.qkv.shape()[1]);
-  const Part& big = largest(plan);  // the workspaces grow to it once
-  ensure(family_scratch, big.nb, big.nt, false, [&] { return family->scratch_buffers(big.nb, big.nt); }, true);
-  if (!tape) ensure(scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); }, true);
+  const auto lanes = lanes_of(plan, !in.cu_seqlens.empty());
+  if (work.size() < lanes.size()) work.resize(lanes.size());
+  for (std::size_t l = 0; l < lanes.size(); ++l) {  // each lane's workspaces grow to its largest part once
+    const Part& big = largest(plan, lanes[l]);
+    ensure(work[l].family_scratch, big.nb, big.nt, false, [&] { return family->scratch_buffers(big.nb, big.nt); }, true);
+    if (!tape)
+      ensure(work[l].scratch_fwd, big.nb, big.nt, false, [&] { return family->forward_buffers(big.nb, big.nt, false); },
+             true);
+  }
+  const Part& big = largest(plan, lanes[0]);
   auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
   auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
   // A tape recorded with the same parts keeps their buffers (as one call's tape keeps its own).
@@ -159,29 +207,38 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   if (!tape)  // the parts live until the work is done
     for (auto& pt : parts) retired.push_back(pt);
   run([&](gpu::Recorder& r) {
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      const Part& p = plan[i];
-      TapeState& pt = *parts[i];
-      for (auto [from, to] : {std::pair{&in.a, &pt.inputs.a}, {&in.b, &pt.inputs.b}})
-        copy_rows(r, *from, (std::size_t(p.b0) * T + p.t0) * cfg.nv, *to, 0, std::size_t(to->numel()));
-      r.barrier();
-      States s;
-      Tensor conv_out;
-      if (!p.last) {
-        s.ht = parts[i + 1]->inputs.h0;
-        conv_out = parts[i + 1]->inputs.conv_state;
-      } else if (carry) {
-        s.ht = windows(carry->ht, p, "ht");
-        conv_out = windows(carry->conv_state, p, "conv_state out");
+    if (lanes.size() > 1) r.begin_lanes(lanes.size());
+    for (std::size_t l = 0; l < lanes.size(); ++l) {
+      if (lanes.size() > 1) r.lane(l);
+      Work& w = work[l];
+      for (std::size_t i : lanes[l]) {
+        const Part& p = plan[i];
+        TapeState& pt = *parts[i];
+        for (auto [from, to] : {std::pair{&in.a, &pt.inputs.a}, {&in.b, &pt.inputs.b}})
+          copy_rows(r, *from, (std::size_t(p.b0) * T + p.t0) * cfg.nv, *to, 0, std::size_t(to->numel()));
+        r.barrier();
+        States s;
+        Tensor conv_out;
+        if (!p.last) {
+          s.ht = parts[i + 1]->inputs.h0;
+          conv_out = parts[i + 1]->inputs.conv_state;
+        } else if (carry) {
+          s.ht = windows(carry->ht, p, "ht");
+          conv_out = windows(carry->conv_state, p, "conv_state out");
+        }
+        set_flags(s, pt.inputs);
+        ensure(w.family_scratch, p.nb, p.nt, false, [&] { return family->scratch_buffers(p.nb, p.nt); }, true);
+        BufferSet* f = &pt.fwd;
+        if (!tape) {
+          ensure(w.scratch_fwd, p.nb, p.nt, false, [&] { return family->forward_buffers(p.nb, p.nt, false); }, true);
+          f = &w.scratch_fwd;
+        }
+        record_forward_part(r, w, pt.inputs, rows(out, p), *f, s, conv_out.empty() ? nullptr : &conv_out);
       }
-      set_flags(s, pt.inputs);
-      ensure(family_scratch, p.nb, p.nt, false, [&] { return family->scratch_buffers(p.nb, p.nt); }, true);
-      BufferSet* f = &pt.fwd;
-      if (!tape) {
-        ensure(scratch_fwd, p.nb, p.nt, false, [&] { return family->forward_buffers(p.nb, p.nt, false); }, true);
-        f = &scratch_fwd;
-      }
-      record_forward_part(r, pt.inputs, rows(out, p), *f, s, conv_out.empty() ? nullptr : &conv_out);
+    }
+    if (lanes.size() > 1) {
+      r.end_lanes();
+      r.mark("sequences side by side");
     }
   });
   if (tape) {
@@ -204,9 +261,28 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
 void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const DeviceGrads& g, const DeviceCarry* dcarry) {
   const std::vector<Part>& plan = st.parts;
   const int T = st.T;
-  const Part& big = largest(plan);
-  ensure(bwd, big.nb, big.nt, true, [&] { return family->backward_buffers(big.nb, big.nt); }, true);
-  ensure(param_work, big.nb, big.nt, true, [&] { return param_buffers(big.nb, big.nt); }, true);
+  auto lanes = lanes_of(plan, !st.inputs.cu_seqlens.empty());
+  if (lanes.size() == 1) std::ranges::reverse(lanes[0]);  // within a window, the last part first
+  if (work.size() < lanes.size()) work.resize(lanes.size());
+  for (std::size_t l = 0; l < lanes.size(); ++l) {
+    const Part& big = largest(plan, lanes[l]);
+    ensure(work[l].bwd, big.nb, big.nt, true, [&] { return family->backward_buffers(big.nb, big.nt); }, true);
+    ensure(work[l].param_work, big.nb, big.nt, true, [&] { return param_buffers(big.nb, big.nt); }, true);
+  }
+  // lanes side by side: each sums its sequences' parameters' gradients apart, param_lanes adds them
+  const bool lane_params = lanes.size() > 1 && cfg.param_grads;
+  const ParamSumLayout at(cfg);
+  if (lane_params) {
+    const std::int64_t n = std::int64_t(lanes.size()) * at.stride;
+    if (lane_sums.empty() || lane_sums.numel() < n) {
+      if (!lane_sums.empty()) {
+        refuse_if_outstanding(1, st.T);
+        retired.push_back(std::make_shared<Tensor>(lane_sums));
+      }
+      lane_sums = Tensor(ctx, {n}, "parameters' gradients per lane");
+    }
+    if (!param_lanes) param_lanes = make_pipeline<bindings::param_lanes>(dev);
+  }
   auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
   auto rows = [&](const Tensor& t, const Part& p) { return stream_rows(*this, t, p, T); };
   // the gradients of the states between parts: part i's dh0 and dconv_state, for part i-1
@@ -223,34 +299,63 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
     for (auto& t : *v)
       if (!t.empty()) retired.push_back(std::make_shared<Tensor>(t));
   run([&](gpu::Recorder& r) {
-    bool first = true;
-    for (std::size_t i = plan.size(); i-- > 0;) {
-      const Part& p = plan[i];
-      const TapeState& pt = *st.part_tapes[i];
-      States s;
-      if (!p.last) {
-        s.dht = dh0[i + 1];
-        s.dconv_out = dcs[i + 1];
-      } else if (dcarry) {
-        s.dht = windows(dcarry->ht, p, "dht");
-        s.dconv_out = windows(dcarry->conv_state, p, "dconv_state out");
+    if (lanes.size() > 1) r.begin_lanes(lanes.size());
+    for (std::size_t l = 0; l < lanes.size(); ++l) {
+      if (lanes.size() > 1) r.lane(l);
+      Work& w = work[l];
+      bool first = true;
+      for (std::size_t i : lanes[l]) {
+        const Part& p = plan[i];
+        const TapeState& pt = *st.part_tapes[i];
+        States s;
+        if (!p.last) {
+          s.dht = dh0[i + 1];
+          s.dconv_out = dcs[i + 1];
+        } else if (dcarry) {
+          s.dht = windows(dcarry->ht, p, "dht");
+          s.dconv_out = windows(dcarry->conv_state, p, "dconv_state out");
+        }
+        DeviceGrads gp = g;
+        gp.dqkv = rows(g.dqkv, p);
+        gp.dz = rows(g.dz, p);
+        gp.da = da[i];
+        gp.db = db[i];
+        gp.dh0 = !p.first ? dh0[i] : windows(g.dh0, p, "dh0");
+        gp.dconv_state = !p.first ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
+        if (!pt.inputs.h0.empty()) s.dh0 = gp.dh0;
+        if (lane_params) {  // lane l's sums
+          const std::int64_t o = std::int64_t(l) * at.stride;
+          gp.dconv = sub_tensor(lane_sums, o, g.dconv.shape(), "dconv (lane)");
+          gp.dnorm = sub_tensor(lane_sums, o + at.dnorm, g.dnorm.shape(), "dnorm (lane)");
+          gp.ddt_bias = sub_tensor(lane_sums, o + at.ddt_bias, g.ddt_bias.shape(), "ddt_bias (lane)");
+          gp.da_log = sub_tensor(lane_sums, o + at.da_log, g.da_log.shape(), "da_log (lane)");
+        }
+        set_flags(s, pt.inputs);
+        ensure(w.bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
+        ensure(w.param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);
+        record_backward_part(r, w, pt, rows(dout, p), gp, s, !first);
+        first = false;
+        for (auto [from, to] : {std::pair{&da[i], &g.da}, {&db[i], &g.db}})
+          copy_rows(r, *from, 0, *to, (std::size_t(p.b0) * T + p.t0) * cfg.nv, std::size_t(from->numel()));
+        r.barrier();
       }
-      DeviceGrads gp = g;
-      gp.dqkv = rows(g.dqkv, p);
-      gp.dz = rows(g.dz, p);
-      gp.da = da[i];
-      gp.db = db[i];
-      gp.dh0 = !p.first ? dh0[i] : windows(g.dh0, p, "dh0");
-      gp.dconv_state = !p.first ? dcs[i] : windows(g.dconv_state, p, "dconv_state");
-      if (!pt.inputs.h0.empty()) s.dh0 = gp.dh0;
-      set_flags(s, pt.inputs);
-      ensure(bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
-      ensure(param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);
-      record_backward_part(r, pt, rows(dout, p), gp, s, !first);
-      first = false;
-      for (auto [from, to] : {std::pair{&da[i], &g.da}, {&db[i], &g.db}})
-        copy_rows(r, *from, 0, *to, (std::size_t(p.b0) * T + p.t0) * cfg.nv, std::size_t(from->numel()));
-      r.barrier();
+    }
+    if (lanes.size() > 1) {
+      r.end_lanes();
+      r.mark("sequences side by side");
+    }
+    if (lane_params) {
+      Push pc;
+      pc.nb = std::uint32_t(lanes.size());
+      pc.nv = std::uint32_t(cfg.nv);
+      pc.c_dim = std::uint32_t(cfg.channels());
+      pc.kk = std::uint32_t(cfg.conv_taps);
+      const std::uint64_t n = std::uint64_t(cfg.channels()) * cfg.conv_taps + kHeadDim + 2 * std::uint64_t(cfg.nv);
+      r.dispatch(*param_lanes,
+                 bindings::param_lanes{.sums = view(lane_sums), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
+                                       .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
+                 pc, (n + 255) / 256);
+      r.mark("param_lanes");
     }
   });
 }

@@ -30,13 +30,10 @@ class Packed : public DeviceTest, public ::testing::WithParamInterface<Family> {
   }
 };
 
-// Lengths 1, 15, 16, 17, 100 and 333 in one stream, each with its own h0, conv state and state
-// gradients: every output and gradient of each sequence equals its run alone.
-TEST_P(Packed, EqualsEachSequenceAlone) {
-  const Config cfg = config();
-  const Params p = random_params(cfg, 2);
-  Layer layer(context(), cfg, p);
-  const std::vector<std::int64_t> cu{0, 1, 16, 32, 49, 149, 482};
+// The sequences of `cu` in one stream, each with its own h0, conv state and state gradients: every
+// output and gradient of each sequence equals its run alone, and the parameters' gradients their sums;
+// a second backward from the same tape gives them bitwise again (the lanes add in a fixed order).
+void packed_equals_alone(Layer& layer, const Config& cfg, const std::vector<std::int64_t>& cu) {
   const int N = int(cu.size()) - 1, T = int(cu.back());
   const std::size_t C = std::size_t(cfg.channels()), V = std::size_t(cfg.value_dim()), nv = std::size_t(cfg.nv),
                     S = nv * kHeadDim * kHeadDim, CS = 3 * C;
@@ -54,6 +51,11 @@ TEST_P(Packed, EqualsEachSequenceAlone) {
   const HostGrads g = layer.backward(tape, x.dout, &dcarry);
   ASSERT_EQ(carry.ht.size(), N * S);
   ASSERT_EQ(g.dh0.size(), N * S);
+  const HostGrads again = layer.backward(tape, x.dout, &dcarry);
+  EXPECT_EQ(again.dconv, g.dconv);
+  EXPECT_EQ(again.dnorm, g.dnorm);
+  EXPECT_EQ(again.da_log, g.da_log);
+  EXPECT_EQ(again.ddt_bias, g.ddt_bias);
   std::vector<float> dconv(g.dconv.size()), dnorm(g.dnorm.size()), da_log(nv), ddt_bias(nv);
   for (int n = 0; n < N; ++n) {
     const std::size_t t0 = std::size_t(cu[n]), L = std::size_t(cu[n + 1] - cu[n]);
@@ -84,7 +86,25 @@ TEST_P(Packed, EqualsEachSequenceAlone) {
   check("dnorm (sum)", g.dnorm, dnorm);
   check("da_log (sum)", g.da_log, da_log);
   check("ddt_bias (sum)", g.ddt_bias, ddt_bias);
-  std::printf("[gdn] %s: %d sequences of 1 .. 333 tokens packed, each as alone\n", GetParam().name, N);
+}
+
+// Lengths 1, 15, 16, 17, 100 and 333: each sequence in a lane of its own.
+TEST_P(Packed, EqualsEachSequenceAlone) {
+  const Config cfg = config();
+  Layer layer(context(), cfg, random_params(cfg, 2));
+  packed_equals_alone(layer, cfg, {0, 1, 16, 32, 49, 149, 482});
+  std::printf("[gdn] %s: 6 sequences of 1 .. 333 tokens packed, each as alone\n", GetParam().name);
+}
+
+// 13 sequences, more than the lanes (8): a lane runs several one after another, and its parameters'
+// gradients add up over them before the lanes' are added.
+TEST_P(Packed, MoreSequencesThanLanes) {
+  const Config cfg = config();
+  Layer layer(context(), cfg, random_params(cfg, 3));
+  std::vector<std::int64_t> cu{0};
+  for (int len : {5, 40, 3, 70, 1, 16, 33, 9, 64, 2, 17, 50, 8}) cu.push_back(cu.back() + len);
+  packed_equals_alone(layer, cfg, cu);
+  std::printf("[gdn] %s: 13 sequences of 1 .. 70 tokens packed, each as alone\n", GetParam().name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Packed, ::testing::ValuesIn(kFamilies), family_name);

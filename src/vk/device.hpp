@@ -120,7 +120,16 @@ class Recorder {
   /// Compute and transfer writes before it made visible to compute and transfer after it.
   void barrier();
   /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`.
+  /// Inside lanes it is dropped (the lanes' work is one interval: mark after end_lanes()).
   void mark(std::string label);
+
+  /// Lanes: `n` command sequences that touch disjoint memory, recorded one after another (lane(i)
+  /// directs what follows to lane i) and emitted interleaved by end_lanes(): every lane's commands up
+  /// to its first barrier, one barrier, every lane's up to its second, and so on, then a barrier. The
+  /// GPU may run the lanes' dispatches side by side; within a lane the order and barriers hold.
+  void begin_lanes(std::size_t n);
+  void lane(std::size_t i);
+  void end_lanes();
 
  private:
   void dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std::span<const char* const> fields,
@@ -128,10 +137,14 @@ class Recorder {
                       std::uint64_t groups);
   friend class Device;
   Recorder(Device& d, vk::raii::CommandBuffer& cmd) : dev_(d), cmd_(cmd) {}
+  void emit(std::function<void()> command);  // at once, or into the current lane's step
   Device& dev_;
   vk::raii::CommandBuffer& cmd_;
   std::vector<std::string> labels_;
   std::vector<vk::raii::DescriptorSet> sets_;  // live until the submission has finished
+  using Step = std::vector<std::function<void()>>;  // a lane's commands between two barriers
+  std::vector<std::vector<Step>> lanes_;            // empty: not inside lanes
+  std::size_t lane_ = 0;
 };
 
 struct Interval {

@@ -16,11 +16,49 @@ namespace gdn::gpu {
 // ---- recording and submission ---------------------------------------------------------------------
 
 void Recorder::barrier() {
+  if (!lanes_.empty()) {  // the lane's next step
+    if (!lanes_[lane_].back().empty()) lanes_[lane_].emplace_back();
+    return;
+  }
   vk::MemoryBarrier mb{.srcAccessMask = vk::AccessFlagBits::eShaderWrite | vk::AccessFlagBits::eTransferWrite,
                        .dstAccessMask = vk::AccessFlagBits::eShaderRead | vk::AccessFlagBits::eShaderWrite |
                                         vk::AccessFlagBits::eTransferRead | vk::AccessFlagBits::eTransferWrite};
   cmd_.pipelineBarrier(vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer,
                        vk::PipelineStageFlagBits::eComputeShader | vk::PipelineStageFlagBits::eTransfer, {}, mb, {}, {});
+}
+
+void Recorder::emit(std::function<void()> command) {
+  if (lanes_.empty()) command();
+  else lanes_[lane_].back().push_back(std::move(command));
+}
+
+void Recorder::begin_lanes(std::size_t n) {
+  if (!lanes_.empty()) throw std::logic_error("begin_lanes inside lanes");
+  if (n == 0) throw std::logic_error("begin_lanes: no lanes");
+  lanes_.assign(n, std::vector<Step>(1));
+  lane_ = 0;
+}
+
+void Recorder::lane(std::size_t i) {
+  if (i >= lanes_.size()) throw std::logic_error("lane " + std::to_string(i) + " of " + std::to_string(lanes_.size()));
+  lane_ = i;
+}
+
+void Recorder::end_lanes() {
+  if (lanes_.empty()) throw std::logic_error("end_lanes outside lanes");
+  const auto lanes = std::exchange(lanes_, {});
+  std::size_t steps = 0;
+  for (const auto& l : lanes) steps = std::max(steps, l.size());
+  for (std::size_t k = 0; k < steps; ++k) {
+    bool any = false;
+    for (const auto& l : lanes)
+      if (k < l.size())
+        for (const auto& command : l[k]) {
+          command();
+          any = true;
+        }
+    if (any) barrier();
+  }
 }
 
 void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std::span<const char* const> fields,
@@ -67,25 +105,29 @@ void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std
     writes[i] = {.dstSet = *sets.front(), .dstBinding = i, .descriptorCount = 1,
                  .descriptorType = vk::DescriptorType::eStorageBuffer, .pBufferInfo = &infos[i]};
   dev_.device_.updateDescriptorSets(writes, {});
-  cmd_.bindPipeline(vk::PipelineBindPoint::eCompute, *p.pipeline);
-  cmd_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *p.layout, 0, *sets.front(), {});
-  if (push_bytes)
-    cmd_.pushConstants<std::byte>(*p.layout, vk::ShaderStageFlagBits::eCompute, 0,
-                                  std::span(static_cast<const std::byte*>(push), push_bytes));
-  cmd_.dispatch(std::uint32_t(gx), std::uint32_t(gy), 1);
+  const vk::Pipeline pipeline = *p.pipeline;
+  const vk::PipelineLayout layout = *p.layout;
+  const vk::DescriptorSet set = *sets.front();
+  std::vector<std::byte> bytes(static_cast<const std::byte*>(push), static_cast<const std::byte*>(push) + push_bytes);
+  emit([this, pipeline, layout, set, bytes = std::move(bytes), gx, gy] {
+    cmd_.bindPipeline(vk::PipelineBindPoint::eCompute, pipeline);
+    cmd_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, layout, 0, set, {});
+    if (!bytes.empty()) cmd_.pushConstants<std::byte>(layout, vk::ShaderStageFlagBits::eCompute, 0, std::span(bytes));
+    cmd_.dispatch(std::uint32_t(gx), std::uint32_t(gy), 1);
+  });
   sets_.push_back(std::move(sets.front()));  // freed once the run has finished
   barrier();
 }
 
-void Recorder::fill(const Buffer& b, std::uint32_t word) {
-  cmd_.fillBuffer(*b.buffer, b.offset, b.bytes, word);
-  barrier();
-}
+void Recorder::fill(const Buffer& b, std::uint32_t word) { fill(b, word, 0, b.bytes); }
 
 void Recorder::fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes, bool then_barrier) {
   if (offset + bytes > b.bytes || offset % 4 || bytes % 4)
     throw std::logic_error("fill of " + b.name + ": " + std::to_string(bytes) + " bytes at " + std::to_string(offset));
-  if (bytes) cmd_.fillBuffer(*b.buffer, b.offset + offset, bytes, word);
+  if (bytes)
+    emit([this, buffer = vk::Buffer(*b.buffer), at = b.offset + offset, bytes, word] {
+      cmd_.fillBuffer(buffer, at, bytes, word);
+    });
   if (then_barrier) barrier();
 }
 
@@ -95,13 +137,15 @@ void Recorder::copy(const Buffer& src, std::size_t src_offset, const Buffer& dst
     throw std::logic_error("copy of " + std::to_string(bytes) + " bytes from " + src.name + " to " + dst.name +
                            " runs past a buffer's end");
   if (bytes)
-    cmd_.copyBuffer(*src.buffer, *dst.buffer,
-                    vk::BufferCopy{.srcOffset = src.offset + src_offset, .dstOffset = dst.offset + dst_offset, .size = bytes});
+    emit([this, from = vk::Buffer(*src.buffer), to = vk::Buffer(*dst.buffer),
+          region = vk::BufferCopy{.srcOffset = src.offset + src_offset, .dstOffset = dst.offset + dst_offset, .size = bytes}] {
+      cmd_.copyBuffer(from, to, region);
+    });
   if (then_barrier) barrier();
 }
 
 void Recorder::mark(std::string label) {
-  if (!dev_.timing_) return;
+  if (!dev_.timing_ || !lanes_.empty()) return;
   if (dev_.timestamps_used_ >= kMaxTimestamps) throw std::logic_error("too many timestamp marks in one run");
   cmd_.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *dev_.query_pool_, dev_.timestamps_used_++);
   labels_.push_back(std::move(label));
