@@ -6,11 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "gdn/peaks.hpp"
+
 namespace gdn::bench {
 
 /// Runs the bench with command-line `args` (without the program and subcommand names); prints the
 /// table to `out`, progress and errors to `err`. Returns the process exit code.
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+/// Whether a GPU slowed during the timed work: either ceiling measured after it below 85% of the
+/// one measured before (never on a CPU driver, whose times are no performance figures).
+bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu);
 
 /// The flags, for --help.
 std::string usage();

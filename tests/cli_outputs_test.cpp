@@ -132,11 +132,13 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
     const std::string rec = v == "subgroup" ? "rec_bwd2" : (v == "chunked" ? "chunk_grads" : "rec_bwd");
     EXPECT_THAT(r.out, AllOf(HasSubstr("forward (no tape)"), HasSubstr("forward (tape)"), HasSubstr("backward"),
                              HasSubstr(rec), HasSubstr("conv_fwd"), HasSubstr("ceilings measured in this run"),
+                             HasSubstr("after the timed work"),
                              HasSubstr("tape:"), HasSubstr("checkpoints"), HasSubstr(std::string("variant ") + variant)));
     EXPECT_THAT(r.err, HasSubstr("repeat 2/2"));  // progress
     std::ifstream f(json);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_THAT(text, AllOf(HasSubstr("\"passes\""), HasSubstr("\"tape_bytes\""), HasSubstr("\"copy_gb_per_s\""),
+                            HasSubstr("\"slowed\": false"),
                             HasSubstr("\"" + rec + "\"")));
   }
   const Result bad = gdn_cli({"bench", "--tokens", "0"});
@@ -146,6 +148,17 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
   const Result heads = gdn_cli({"bench", "--nv", "2147483647", "--nk", "1"});
   EXPECT_EQ(heads.rc, 2);
   EXPECT_THAT(heads.err, HasSubstr("nv = 2147483647"));
+}
+
+// A GPU run during which either ceiling fell by over 15% counts as slowed (and is timed again); a CPU
+// driver's never does.
+TEST(Bench, SlowedWhenACeilingFalls) {
+  const DevicePeaks before{.copy_gb_per_s = 4000, .fma_gflop_per_s = 60000};
+  EXPECT_FALSE(bench::slowed(before, before, false));
+  EXPECT_FALSE(bench::slowed(before, {.copy_gb_per_s = 3500, .fma_gflop_per_s = 52000}, false));
+  EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 3300, .fma_gflop_per_s = 60000}, false));
+  EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 4000, .fma_gflop_per_s = 50000}, false));
+  EXPECT_FALSE(bench::slowed(before, {.copy_gb_per_s = 1000, .fma_gflop_per_s = 1000}, true));
 }
 
 TEST_F(Cli, UnknownCommand) {

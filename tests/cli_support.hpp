@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/cli.hpp"
+#include "bench.hpp"
 #include "cli/npy.hpp"
 #include "test_support.hpp"
 
