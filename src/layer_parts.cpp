@@ -87,9 +87,11 @@ const Part& largest(const std::vector<Part>& plan, const std::vector<std::size_t
   return plan[*std::ranges::max_element(of, {}, [&](std::size_t i) { return tokens(plan[i]); })];
 }
 
-// Lanes that run side by side (gpu::Recorder::begin_lanes), each with its own workspaces: at most
-// this many, so that the workspaces stay near one call's of the same tokens.
-constexpr std::size_t kMaxLanes = 8;
+// Lanes that run side by side (gpu::Recorder::begin_lanes), each with its own workspaces, sized to
+// its longest sequence: those are the call's kMaxLanes longest (lanes_of), so all lanes' workspaces
+// together stay within one call's over the same tokens. The cap bounds the buffers (and allocations)
+// they hold.
+constexpr std::size_t kMaxLanes = 32;
 
 // The parts of each lane. A packed call whose sequences each run as one part: up to kMaxLanes lanes,
 // the parts taken longest first, each into the lane of the fewest tokens so far. Any other plan (its
