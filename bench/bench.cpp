@@ -30,6 +30,7 @@ struct Options {
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;
   bool matrix_units = true;
+  Precision precision = Precision::Exact;
   bool states = false;       // --states
   bool param_grads = true;   // --no-param-grads: false
   bool bf16 = false;         // --bf16
@@ -63,6 +64,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--ckpt") o.ckpt = parse_int(a, value(), 1);
     else if (a == "--variant") o.variant = parse_variant(value());
     else if (a == "--no-matrix") o.matrix_units = false;
+    else if (a == "--fast") o.precision = Precision::Fast;
     else if (a == "--states") o.states = true;
     else if (a == "--no-param-grads") o.param_grads = false;
     else if (a == "--bf16") o.bf16 = true;
@@ -142,13 +144,15 @@ bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu) {
 
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
-         "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--repeats N] [--warmup N]\n"
-         "          [--states] [--no-param-grads] [--bf16] [--json FILE]\n"
+         "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--fast] [--repeats N]\n"
+         "          [--warmup N] [--states] [--no-param-grads] [--bf16] [--json FILE]\n"
          "  Defaults: B 8 windows of T 512 tokens, nv 48 value heads, nk 16 key heads, K 4 conv taps (a\n"
          "  27B model's layer) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
          "  --ckpt: the variant's default checkpoint interval when not given (8; chunked 16).\n"
          "  --no-matrix: the chunked variant without its matrix-unit kernels (where the device has them).\n"
+         "  --fast: Config::precision fast, single fp16 products on the matrix units (where none run, the\n"
+         "    exact kernels run, and the table says so).\n"
          "  --states: every call carries state: h0 and conv_state in, ht and the conv state out, and their\n"
          "    gradients through the backward.\n"
          "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n"
@@ -192,7 +196,8 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
           << "performance figures (pass --batch/--tokens/--nv/--nk for another)\n";
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
-                     .variant = o.variant, .matrix_units = o.matrix_units, .param_grads = o.param_grads};
+                     .variant = o.variant, .matrix_units = o.matrix_units,
+                     .precision = o.precision, .param_grads = o.param_grads};
     cfg.check();  // before any size made from it is allocated
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
@@ -281,6 +286,9 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
         << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
         << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "")
+        << (layer.config().precision == Precision::Fast ? "; precision fast"
+            : o.precision == Precision::Fast          ? "; precision exact (--fast: no matrix units run here)"
+                                                      : "")
         << (o.states ? "; states carried in and out" : "") << (o.param_grads ? "" : "; no parameter gradients")
         << (o.bf16 ? "; bfloat16 boundary tensors" : "")
         << (o.seqlens.empty() ? "" : "; " + std::to_string(o.seqlens.size()) + " packed sequences")

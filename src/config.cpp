@@ -20,6 +20,8 @@ std::string_view to_string(Variant v) {
   return "?";
 }
 
+std::string_view to_string(Precision p) { return p == Precision::Fast ? "fast" : "exact"; }
+
 Variant parse_variant(std::string_view s) {
   if (s == "auto") return Variant::Auto;
   if (s == "subgroup") return Variant::Subgroup;

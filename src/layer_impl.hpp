@@ -151,6 +151,7 @@ struct LayerImpl {
         cfg.variant = e.variant;
         cfg.checkpoint_interval = cs;
         cfg.matrix_units = e.matrix_units;
+        if (!e.matrix_units) cfg.precision = Precision::Exact;  // no matrix-unit products run
         return e;
       }
       if (e.matrix_units) continue;  // the same family's CUDA-core module comes next

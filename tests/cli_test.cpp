@@ -56,6 +56,21 @@ TEST_F(Cli, RunBackwardMatchesHostApiWithFlags) {
   EXPECT_FALSE(fs::exists(out / "dh0.npy"));
 }
 
+// --fast reaches the layer (Config::precision fast), and the summary says which precision ran: fast
+// on the matrix units, else exact with why.
+TEST_F(Cli, RunFastSaysWhichPrecisionRan) {
+  put_all();
+  const Result r = gdn_cli(run_args({"--fast"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Config cfg = pr.cfg;
+  cfg.precision = Precision::Fast;
+  Layer layer(context(), cfg, pr.p);
+  expect_bitwise("out", read_out("out"), {2, 5, 256}, layer.forward(pr.B, pr.T, {pr.x.qkv, pr.x.z, pr.x.a, pr.x.b}));
+  EXPECT_THAT(r.out, HasSubstr(layer.config().precision == Precision::Fast
+                                   ? "precision fast"
+                                   : "precision exact (--fast: no matrix units run here)"));
+}
+
 // --bf16: the streams rounded to bfloat16, the device API with bfloat16 tensors; the outputs are the
 // float32 values of its bfloat16 results, bit for bit.
 TEST_F(Cli, RunBf16MatchesTheDeviceApiWithBf16Tensors) {
@@ -354,6 +369,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlags{"UnknownFlag", {"--bogus"}, {"unknown flag '--bogus'"}},
                       BadFlags{"StrayArgument", {"extra"}, {"unknown argument 'extra'"}},
                       BadFlags{"BackwardWithValue", {"--backward=yes"}, {"--backward takes no value"}},
+                      BadFlags{"FastWithValue", {"--fast=1"}, {"--fast takes no value"}},
                       BadFlags{"RepeatedFlag", {"--ckpt", "2", "--ckpt", "3"}, {"--ckpt given more than once"}},
                       BadFlags{"ValueIsAFlag", {"--variant", "--backward"}, {"--variant needs a value"}},
                       BadFlags{"CkptOverChunked", {"--ckpt", "33", "--variant", "chunked"}, {"checkpoint_interval", "33", "0 to 32"}}),

@@ -31,6 +31,15 @@ std::string_view to_string(Variant v);
 /// "auto", "subgroup", "per-head", "chunked"; throws std::invalid_argument otherwise.
 Variant parse_variant(std::string_view s);
 
+/// How the matrix units multiply (the chunked family's matrix-unit kernels; the other kernels are fp32
+/// either way).
+enum class Precision {
+  Exact,  // fp32 operands as fp16 pairs, three products each: float32 accuracy (docs/kernels.md)
+  Fast,   // one fp16 product per operand pair (11 significant bits), fp32 accumulation, the operands
+          // scaled as in Exact: about 1e-3 relative (docs/kernels.md); opt-in
+};
+std::string_view to_string(Precision p);
+
 /// The bounds Config::check enforces. Heads: models of this kind have tens to a few hundred, and
 /// with these every size derived from a config fits 32-bit shader indexing per buffer. Conv taps: the
 /// models use 4, and the conv kernels unroll the taps (their pipeline builds grow with K). Intervals:
@@ -54,6 +63,8 @@ struct Config {
   bool matrix_units = true;      // the chunked family's matrix-unit kernels (cooperative matrices,
                                  // fp32 operands split into fp16 pairs) where the device runs them;
                                  // resolved to whether they run. false: CUDA-core kernels only
+  Precision precision = Precision::Exact;  // the matrix units' products; resolved to Exact where they
+                                           // do not run (the kernels that run are fp32)
   bool param_grads = true;       // the backward makes the parameters' gradients (dconv, da_log, ddt_bias,
                                  // dnorm); false: it skips their passes and leaves them empty (frozen
                                  // parameters)

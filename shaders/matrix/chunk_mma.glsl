@@ -97,7 +97,7 @@ void split_state(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
   for (int e = 0; e < h.length(); ++e) h[e] = uintBitsToFloat((floatBitsToUint(x[e]) + 0x1000u) & 0xFFFFE000u);
   hi = F16M(h);
-  lo = F16M((x - h) * LO);
+  lo = FAST ? F16M(0.0) : F16M((x - h) * LO);
 }
 // The smallest x over the workgroup, through row_part, after the passes' loops. Every invocation
 // must call it: it has barriers.

@@ -23,6 +23,10 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 
+// Config::precision fast: single fp16 products (hi alone: 11 significant bits), fp32 accumulation; the
+// lo halves are neither made nor multiplied. The operand scaling stays (fp32's exponent range).
+layout(constant_id = 7) const bool FAST = false;
+
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
@@ -46,7 +50,7 @@ uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2
   {                                            \
     const vec4 x_ = (x), h_ = hi_part(x_);     \
     hi_at = pack_half4(h_);                    \
-    lo_at = pack_half4((x_ - h_) * LO);        \
+    if (!FAST) lo_at = pack_half4((x_ - h_) * LO); \
   }
 // The same at element `at` of the arrays hi and lo.
 #define PUT_SPLIT4(hi, lo, at, x) PUT_SPLIT4_TO(hi[at], lo[at], x)
@@ -55,12 +59,16 @@ void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
   for (int e = 0; e < h.length(); ++e) h[e] = hi_part(x[e]);
   hi = F16M(h);
-  lo = F16M((x - h) * LO);
+  lo = FAST ? F16M(0.0) : F16M((x - h) * LO);
 }
 
 // acc += a b for split operands, their lo products added at once: one accumulator per result where
 // registers are short (the lo sum of each call rounds once more than MMA_SPLIT's running one).
 void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
+  if (FAST) {
+    acc = coopMatMulAddNV(ah, bh, acc);
+    return;
+  }
   F32M lo = F32M(0.0);
   lo = coopMatMulAddNV(al, bh, lo);
   lo = coopMatMulAddNV(ah, bl, lo);
@@ -71,8 +79,10 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
 // acc += a b and lo += a_hi b_lo + a_lo b_hi, for split operands.
 #define MMA_SPLIT(acc, lo, ah, al, bh, bl)   \
   {                                          \
-    lo = coopMatMulAddNV(al, bh, lo);        \
-    lo = coopMatMulAddNV(ah, bl, lo);        \
+    if (!FAST) {                             \
+      lo = coopMatMulAddNV(al, bh, lo);      \
+      lo = coopMatMulAddNV(ah, bl, lo);      \
+    }                                        \
     acc = coopMatMulAddNV(ah, bh, acc);      \
   }
 

@@ -40,7 +40,7 @@ using Shape = std::vector<std::int64_t>;
 constexpr std::int64_t kD = kHeadDim;
 
 const char* const kRunUsage =
-    "usage: gdn run --in DIR --out DIR [--backward] [--bf16] [--eps E] [--ckpt N]\n"
+    "usage: gdn run --in DIR --out DIR [--backward] [--bf16] [--fast] [--eps E] [--ckpt N]\n"
     "               [--variant auto|subgroup|per-head|chunked] [--allow-nonfinite]\n"
     "\n"
     "Runs the GatedDeltaNet layer on float32 C-order .npy files (docs/spec.md):\n"
@@ -63,6 +63,8 @@ const char* const kRunUsage =
     "  --bf16            bfloat16 boundary tensors: qkv, z, a, b and dout rounded to bfloat16 (to\n"
     "                    nearest even), out and dqkv dz da db stored as bfloat16 and written widened\n"
     "                    to float32; parameters, states and their gradients stay float32\n"
+    "  --fast            single fp16 products on the matrix units (Config::precision fast, about 1e-3\n"
+    "                    relative); where none run, the exact kernels run and the summary says so\n"
     "  --eps E           epsilon of the gated RMSNorm (default 1e-6, >= 0)\n"
     "  --ckpt N          tokens between state checkpoints (>= 1; the chunked variant's chunk\n"
     "                    length, <= 32); default: the variant's (8; chunked 16)\n"
@@ -243,8 +245,11 @@ bool parse_run(const std::vector<std::string>& args, RunOptions& o) {
         throw std::invalid_argument("run: " + flag + " needs a value (" + what + ")");
       value = args[++i];
     };
-    if (flag == "--backward" || flag == "--allow-nonfinite" || flag == "--bf16") {
-      bool& on = flag == "--backward" ? o.backward : flag == "--bf16" ? o.bf16 : o.allow_nonfinite;
+    if (flag == "--backward" || flag == "--allow-nonfinite" || flag == "--bf16" || flag == "--fast") {
+      bool& on = flag == "--backward" ? o.backward
+                 : flag == "--bf16"   ? o.bf16
+                 : flag == "--fast"   ? o.fast
+                                      : o.allow_nonfinite;
       if (inline_value) throw std::invalid_argument("run: " + flag + " takes no value, got '" + args[i] + "'");
       if (on) throw std::invalid_argument("run: " + flag + " given more than once");
       on = true;
@@ -300,6 +305,7 @@ Config config_of(const Problem& p, const RunOptions& o) {
   cfg.rms_eps = o.eps;
   cfg.checkpoint_interval = o.ckpt;
   cfg.variant = o.variant;
+  cfg.precision = o.fast ? Precision::Fast : Precision::Exact;
   return cfg;
 }
 
@@ -470,6 +476,8 @@ int run_run(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   out << "gdn run: B=" << p.B << " T=" << p.T << " nv=" << p.nv << " nk=" << p.nk << " K=" << p.K
       << " (C=" << p.C << ")" << (o.bf16 ? ", bfloat16 boundary tensors" : "") << ", "
       << to_string(layer.variant()) << " kernels on " << ctx->device().name
+      << (layer.config().precision == Precision::Fast ? ", precision fast"
+          : o.fast ? ", precision exact (--fast: no matrix units run here)" : "")
       << "; wrote";
   for (const auto& x : outputs) out << ' ' << x.name << ".npy";
   out << " to " << o.out.string() << '\n';

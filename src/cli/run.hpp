@@ -16,6 +16,7 @@ struct RunOptions {
   std::filesystem::path in, out;
   bool backward = false;
   bool bf16 = false;
+  bool fast = false;  // Config::precision fast
   float eps = 1e-6f;
   int ckpt = 0;  // 0: the variant's default
   Variant variant = Variant::Auto;

@@ -23,9 +23,9 @@ class ChunkedMatrix final : public Family {
   explicit ChunkedMatrix(const FamilyArgs& a)
       : cfg_(a.cfg), p_(a.params), dev_(a.dev), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))) {
     const std::uint32_t ch = kChunk, taps = std::uint32_t(cfg_.conv_taps);
-    chunk_prep_fwd_ = make_pipeline<bindings::chunk_prep_fwd>(a.dev, {}, 32);
+    chunk_prep_fwd_ = make_pipeline<bindings::chunk_prep_fwd>(a.dev, with_precision({}), 32);
     serial_[0] = make_serial(false);
-    chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, {32, ch}, 32);
+    chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, with_precision({32, ch}), 32);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
     conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
   }
@@ -167,8 +167,14 @@ class ChunkedMatrix final : public Family {
   struct Serial {
     std::shared_ptr<gpu::Pipeline> fwd, dstate, pair;
   };
+  // spec with the matrix-unit shaders' FAST (specialization constant 7, shaders/matrix/mma.glsl)
+  std::vector<std::uint32_t> with_precision(std::vector<std::uint32_t> spec) const {
+    spec.resize(8, 0);
+    spec[7] = cfg_.precision == Precision::Fast ? 1u : 0u;
+    return spec;
+  }
   Serial make_serial(bool states) const {
-    const std::vector<std::uint32_t> spec{32, kChunk, states ? 1u : 0u};
+    const std::vector<std::uint32_t> spec = with_precision({32, kChunk, states ? 1u : 0u});
     return {make_pipeline<bindings::chunk_fwd_mma>(dev_, spec, 32), make_pipeline<bindings::chunk_dstate_mma>(dev_, spec, 32),
             make_pipeline<bindings::chunk_pair_bwd_mma>(dev_, spec, 32)};
   }
