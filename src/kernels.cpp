@@ -35,7 +35,8 @@ CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
           .conv_bwd = make_pipeline<bindings::conv_bwd>(dev, {conv_taps}),
           .gate_prep = make_pipeline<bindings::gate_prep>(dev),
           .param_part = make_pipeline<bindings::param_part>(dev),
-          .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps})};
+          .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps}),
+          .conv_state_out = make_pipeline<bindings::conv_state_out>(dev)};
 }
 
 CastKernels build_casts(gpu::Device& dev) {

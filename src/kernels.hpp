@@ -71,9 +71,9 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
                            const std::vector<std::uint32_t>& spec, const std::string& hint);
 
 /// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's
-/// backward, and the parameters' gradients (param_part, param_sum).
+/// backward, the parameters' gradients (param_part, param_sum) and the conv state out.
 struct CommonKernels {
-  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum;
+  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum, conv_state_out;
 };
 /// The casts of bfloat16 boundary tensors (shaders/common/to_f32.comp, to_bf16.comp), which the layer
 /// records around a family's passes (the families read and write float32).

@@ -25,25 +25,14 @@ int LayerImpl::check_seqlens(const std::vector<std::int64_t>& cu, int B, int T) 
 }
 
 void LayerImpl::record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) {
-  const std::size_t C = std::size_t(cfg.channels()), row = C * kF, K1 = std::size_t(cfg.conv_taps - 1);
-  const bool bf16 = in.qkv.dtype() == DType::BFloat16;
-  const gpu::Buffer& dst = *storage_of(out_state).buffer;
-  for (std::size_t b = 0; b < std::size_t(B); ++b) {
-    const std::size_t from_qkv = std::min<std::size_t>(K1, T), from_state = K1 - from_qkv;
-    if (from_state) {  // rows T .. K-2 of conv_state come first
-      if (in.conv_state.empty()) r.fill(dst, 0, b * K1 * row, from_state * row, false);
-      else r.copy(*storage_of(in.conv_state).buffer, (b * K1 + (K1 - from_state)) * row, dst, b * K1 * row, from_state * row, false);
-    }
-    const std::size_t src_row = b * T + (T - from_qkv), dst_row = b * K1 + from_state;
-    if (!bf16) {
-      r.copy(*storage_of(in.qkv).buffer, src_row * row, dst, dst_row * row, from_qkv * row, false);
-    } else {  // widened (rows of C bfloat16 elements start at aligned offsets: C is a multiple of 128)
-      const std::int64_t n = std::int64_t(from_qkv * C);
-      record_cast(r, sub_tensor(in.qkv, std::int64_t(src_row * C), {n}, in.qkv.name()),
-                  sub_tensor(out_state, std::int64_t(dst_row * C), {n}, out_state.name()), "conv_state_out");
-    }
-  }
-  r.barrier();  // the copies write disjoint rows: one barrier after them all
+  Push pc = family->push(cfg, B, T, false, States{});
+  if (!in.conv_state.empty()) pc.flags |= kStateConv;
+  if (in.qkv.dtype() == DType::BFloat16) pc.flags |= kBf16Qkv;
+  const std::uint64_t n = std::uint64_t(B) * (cfg.conv_taps - 1) * std::uint64_t(cfg.channels());
+  r.dispatch(*family->common_kernels().conv_state_out,
+             bindings::conv_state_out{.qkv = view(in.qkv), .conv_state = view_or(in.conv_state, in.qkv),
+                                      .state_out = view(out_state)},
+             pc, (n + 255) / 256);
 }
 
 void LayerImpl::record_forward_part(gpu::Recorder& r, Work& w, const DeviceInputs& in, const Tensor& out,
@@ -75,30 +64,36 @@ void LayerImpl::record_backward_part(gpu::Recorder& r, Work& w, const TapeState&
   if (fin.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
   if (g.dqkv.dtype() == DType::BFloat16) sb.flags |= kBf16Dqkv;
   family->record_backward(r, fin, st.fwd, dout32, g32, w.bwd, w.param_work[0], sb);
-  if (cfg.param_grads) record_param_grads(r, w.param_work, st, fin.z, dout32, g32, accumulate);
+  if (cfg.param_grads) record_param_grads(r, w, st, fin.z, dout32, g32, accumulate);
   record_cast(r, g32.dz, g.dz, "dz");
   record_cast(r, g32.da, g.da, "da");
   record_cast(r, g32.db, g.db, "db");
 }
 
-void LayerImpl::record_param_grads(gpu::Recorder& r, const BufferSet& param_work, const TapeState& st,
-                                   const Tensor& z, const Tensor& dout, const DeviceGrads& g, bool accumulate) {
+void LayerImpl::record_param_grads(gpu::Recorder& r, const Work& w, const TapeState& st, const Tensor& z,
+                                   const Tensor& dout, const DeviceGrads& g, bool accumulate) {
   const auto& k = family->common_kernels();
   const auto t = family->norm_tape(st.fwd);
+  const BufferSet& param_work = w.param_work;
   Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
   if (accumulate) pc.flags |= kParamAccumulate;
-  const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
-  r.dispatch(*k.param_part,
-             bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
-                                  .part = view(param_work[1])},
-             pc,
-             (rows + kParamRows - 1) / kParamRows);
-  r.mark("param_part");
+  // dnorm's groups of rows: the family's backward's, else param_part's
+  Family::DnormParts dn = family->dnorm_parts(w.bwd);
+  if (!dn.buffer) {
+    const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
+    dn = {&param_work[1], (rows + kParamRows - 1) / kParamRows};
+    r.dispatch(*k.param_part,
+               bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
+                                    .part = view(param_work[1])},
+               pc, dn.groups);
+    r.mark("param_part");
+  }
+  pc.n = std::uint32_t(dn.groups);
   // workgroups of 256: dconv's outputs 256 a group, then one per dnorm[d] and one per head
   const std::uint64_t groups =
       (std::uint64_t(cfg.channels()) * cfg.conv_taps + 255) / 256 + kHeadDim + std::uint64_t(cfg.nv);
   r.dispatch(*k.param_sum,
-             bindings::param_sum{.dconv_part = view(param_work[0]), .part = view(param_work[1]), .da = view(g.da),
+             bindings::param_sum{.dconv_part = view(param_work[0]), .part = view(*dn.buffer), .da = view(g.da),
                                  .gates = view(t.gates), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
                                  .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
              pc, groups);

@@ -270,7 +270,7 @@ struct LayerImpl {
 
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and
   // da_log from da (shaders/common/param_part.comp, param_sum.comp).
-  void record_param_grads(gpu::Recorder& r, const BufferSet& param_work, const TapeState& st, const Tensor& z,
+  void record_param_grads(gpu::Recorder& r, const Work& w, const TapeState& st, const Tensor& z,
                           const Tensor& dout, const DeviceGrads& g, bool accumulate);
 
   // ---- checks ----
@@ -301,8 +301,8 @@ struct LayerImpl {
   static int check_seqlens(const std::vector<std::int64_t>& cu, int B, int T);
   std::vector<std::int64_t> state_shape(int B) const { return {B, cfg.nv, kHeadDim, kHeadDim}; }
   std::vector<std::int64_t> conv_state_shape(int B) const { return {B, cfg.conv_taps - 1, cfg.channels()}; }
-  // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: copies of qkv's rows
-  // and, for a window shorter than K-1, conv_state's (zero without one).
+  // The conv state out of each window, the last K-1 rows of [conv_state; qkv]: qkv's rows and, for a
+  // window shorter than K-1, conv_state's (zero without one); one pass (conv_state_out.comp).
   void record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T);
 
   void check_context(const Tensor& t) const {

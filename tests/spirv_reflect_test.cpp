@@ -32,7 +32,7 @@ TEST(SpirvReflect, MatchesTheDriversReportOfSharedMemory) {
       // (the driver reports 46080: it drops chunk.glsl's lg, lgl and bet, 3 x 16 floats these two
       // passes declare and never use; the declared size is what a device must hold)
       {"chunk_fwd_mma", spirv::chunk_fwd_mma, {32, 16}, 19, 46080 + 192},
-      {"chunk_dstate_mma", spirv::chunk_dstate_mma, {32, 16}, 23, 46080 + 192},
+      {"chunk_dstate_mma", spirv::chunk_dstate_mma, {32, 16}, 24, 46080 + 192},
       {"chunk_pair_bwd_mma", spirv::chunk_pair_bwd_mma, {32, 16}, 16, 49024},
   };
   for (const auto& k : known) {

@@ -2,7 +2,8 @@
 // The parameters' gradients, summed over the windows and tokens of one backward in a fixed order (no
 // float atomics: two runs give bitwise the same sums):
 //   dconv[c, j]  = sum over conv_bwd's blocks of their dconv_part
-//   dnorm[d]     = sum over param_part's groups of their part
+//   dnorm[d]     = sum over the groups of rows of their part (param_part's, or the family's
+//                  backward's: pc.n groups)
 //   ddt_bias[h]  = sum_{b,t} da[b, t, h]
 //   da_log[h]    = sum_{b,t} da[b, t, h] * softplus(x) / sigmoid(x),  x = a + dt_bias
 // (d log g / d a_log = -exp(a_log) softplus(x), d log g / d a = -exp(a_log) sigmoid(x): their ratio
@@ -15,10 +16,9 @@ layout(local_size_x = 256) in;
 
 layout(constant_id = 0) const uint KT = 4;  // conv taps
 #define TB 32u   // conv_bwd's tokens per block (conv.glsl)
-#define R 64u    // param_part's rows per group
 
 layout(set = 0, binding = 0) readonly buffer DconvPart { float dconv_part[]; };  // [B, ceil(T/TB), K, C]
-layout(set = 0, binding = 1) readonly buffer Part { float part[]; };             // [groups][D]
+layout(set = 0, binding = 1) readonly buffer Part { float part[]; };             // [pc.n groups][D]
 layout(set = 0, binding = 2) readonly buffer Da { float da[]; };                 // [B, T, nv]
 layout(set = 0, binding = 3) readonly buffer Gates { float gates[]; };           // [3][B, T, nv]: a + dt_bias at [2]
 layout(set = 0, binding = 4) buffer Dconv { float dconv[]; };          // [C, K]
@@ -63,10 +63,9 @@ void main() {
     return;
   }
   g -= conv_groups;
-  if (g < D) {  // dnorm[g]: param_part's groups
-    const uint groups = (n + R - 1u) / R;
+  if (g < D) {  // dnorm[g]: the groups of rows
     float s = 0.0;
-    for (uint q = tid; q < groups; q += WG) s += part[q * D + g];
+    for (uint q = tid; q < pc.n; q += WG) s += part[q * D + g];
     const float total = tree_sum(vec2(s, 0.0), tid).x;
     if (tid == 0u) dnorm[g] = total_of(dnorm[g], total);
     return;

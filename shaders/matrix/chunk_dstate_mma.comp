@@ -12,7 +12,8 @@
 // layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
 // the workgroup adds the 8 sums at the barrier the staging needs anyway),
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
-// (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma).
+// (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma), and the chunk's share of the norm
+// weight's gradient, sum over its rows of dout o inv silu(z) (no pass reads o, z, dout again for it).
 // Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
 // gradient, made by conv_bwd as it reads it), dbeta's value-dim term sum_c X o Yv (the diagonal of
 // the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
@@ -69,6 +70,9 @@ layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv
 // the start
 layout(set = 0, binding = 21) readonly buffer Dht { float dht[]; };
 layout(set = 0, binding = 22) writeonly buffer Dh0 { float dh0[]; };
+// each chunk's share of the norm weight's gradient, sum over its rows of dout o inv silu(z) (param_sum
+// adds the chunks in order)
+layout(set = 0, binding = 23) writeonly buffer DnormPart { vec4 dnorm_part4[]; };  // [B, nv, nch][D/4]
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
@@ -176,12 +180,18 @@ void main() {
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
     vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
     float inv[2], part[2];
+    vec4 dn = vec4(0.0);  // the lane's 4 columns of the chunk's dnorm share, over its two rows
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e);
       inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
-      wd[e] = nw * silu(z[e]) * g[e];
+      const vec4 sz = silu(z[e]);
+      wd[e] = nw * sz * g[e];
       part[e] = dot(wd[e], o[e]);
+      dn += g[e] * o[e] * inv[e] * sz;
     }
+    // over the 8 lanes of those columns (lane / 4 picks the rows), then lanes 0 .. 3 store them
+    [[unroll]] for (uint m = 4u; m < 32u; m *= 2u) dn += subgroupShuffleXor(dn, m);
+    if (lane < 4u) dnorm_part4[((bh * nch + nch - 1u - cc) * D + col0) / 4u + lane] = dn;
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);

@@ -63,7 +63,7 @@ class ChunkedMatrix final : public Family {
             {"q, k scale exponents", std::size_t(B) * nk * nch},
             {"P scale exponents", std::size_t(B) * nv * nch}};
   }
-  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy };
+  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy, kDnorm };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
     const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, n = std::size_t(B) * nv * chunks(T);
     return {{"do (grad of o)", BT * nv * kD},
@@ -74,7 +74,12 @@ class ChunkedMatrix final : public Family {
             {"pair pass factors per chunk", n * kChunkFactors * 2 * 16 * 16 / 2},  // fp16 pairs
             {"dO, dS and Yv scale exponents", 3 * std::size_t(B) * nv},
             {"M's diagonal per chunk", n * 16},
-            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
+            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())},
+            {"dnorm per chunk", n * kD}};
+  }
+  // chunk_dstate_mma leaves each chunk's share of dnorm (the norm's inputs are at hand there)
+  DnormParts dnorm_parts(const BufferSet& w) const override {
+    return {&w[kDnorm], std::uint64_t(w.B) * cfg_.nv * chunks(w.T)};
   }
 
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
@@ -119,7 +124,8 @@ class ChunkedMatrix final : public Family {
                                           .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
                                           .pdots = view(w[kPdots]), .vscale = view(f[kVscale]),
                                           .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
-                                          .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv)},
+                                          .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv),
+                                          .dnorm_part = view(w[kDnorm])},
                pc, heads);
     r.mark("chunk_dstate_mma");
     r.dispatch(*chunk_factors_,

@@ -92,6 +92,15 @@ class Family {
   };
   virtual NormTape norm_tape(const BufferSet& f) const = 0;
 
+  /// Where its backward left the norm weight's gradient in groups of rows ([groups][D], param_sum
+  /// adds them in order), and how many, for the workspace w; none: the layer's param_part makes them
+  /// from norm_tape().
+  struct DnormParts {
+    const gpu::Buffer* buffer = nullptr;
+    std::uint64_t groups = 0;
+  };
+  virtual DnormParts dnorm_parts(const BufferSet&) const { return {}; }
+
   /// The common kernels it built (the layer records the parameter-gradient passes with them).
   virtual const CommonKernels& common_kernels() const = 0;
   /// What one forward of (B, T) needs beyond its tape and keeps for no backward (the layer holds it).
