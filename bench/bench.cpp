@@ -2,7 +2,7 @@
 // `gdn bench`: times the forward without tape, the forward with tape and the backward, and each
 // kernel within them, with GPU timestamp queries (warm-up, then the median of repeats). Beside the
 // times it measures the device's two ceilings in the same run (copy bandwidth, fp32 FMA rate), before
-// and between the timed repeats (a run during which the device slowed is timed again), and reports each
+// and after the timed work (a run during which the device slowed is timed again), and reports each
 // pass against the floors they give for the shape:
 //   bytes: every input read once, every output written once;
 //   flops: the serial recurrence, 7 D^2 per (token, v-head) forward (decay 1, kv 2, update 2, o 2)
@@ -136,10 +136,10 @@ std::string gib(std::size_t b) {
 
 }  // namespace
 
-bool slowed(const DevicePeaks& before, const DevicePeaks& lowest, bool cpu) {
+bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu) {
   constexpr double kSlowed = 0.85;
-  return !cpu && (lowest.copy_gb_per_s < kSlowed * before.copy_gb_per_s ||
-                  lowest.fma_gflop_per_s < kSlowed * before.fma_gflop_per_s);
+  return !cpu && (after.copy_gb_per_s < kSlowed * before.copy_gb_per_s ||
+                  after.fma_gflop_per_s < kSlowed * before.fma_gflop_per_s);
 }
 
 std::string usage() {
@@ -158,7 +158,7 @@ std::string usage() {
          "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n"
          "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n"
          "  --seqlens L1,L2,...: one stream of packed sequences of these lengths (B 1, T their sum).\n"
-         "  The ceilings are measured before and between the timed repeats; a GPU run during which they fell\n"
+         "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
          "  by over 15% is discarded and timed again (3 attempts), and one still slowed is marked SLOWED\n"
          "  and exits with status 3.\n";
 }
@@ -209,7 +209,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     Layer layer(ctx, cfg, p);
 
     err << "gdn bench: measuring the device's copy bandwidth and fp32 FMA rate...\n";
-    DevicePeaks peaks = measure_peaks(*ctx), lowest;
+    DevicePeaks peaks = measure_peaks(*ctx), after;
 
     const std::int64_t B = o.B, T = o.T;
     const DType bd = o.bf16 ? DType::BFloat16 : DType::Float32;  // the boundary streams'
@@ -256,31 +256,25 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     layer.set_profiling(false);
     for (int i = 0; i < o.warmup; ++i) step(false);
     layer.set_profiling(true);
-    // A GPU sometimes runs everything several times slower for a while (seen after a machine start,
-    // and between two ceilings measured fine). The ceilings are measured again after every timed
-    // repeat (a GPU only: a CPU driver's times are no figures); where the lowest fell (slowed()) the
-    // run is discarded and made again (at most kAttempts in all), and a run still slowed is reported
-    // as such and exits with status 3.
+    // A GPU sometimes runs everything several times slower for a while (seen after a machine start).
+    // The ceilings are measured again after the timed work; where they fell (slowed()) the run is
+    // discarded and made again (at most kAttempts in all), and a run still slowed is reported as such
+    // and exits with status 3.
     constexpr int kAttempts = 3;
     bool slowed = false;
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
       for (auto& ps : passes) ps.samples.clear(), ps.order.clear();
-      lowest = peaks;
       for (int r = 0; r < o.repeats; ++r) {
         step(true);
-        if (!cpu) {
-          const DevicePeaks probe = measure_peaks(*ctx, 1);
-          lowest.copy_gb_per_s = std::min(lowest.copy_gb_per_s, probe.copy_gb_per_s);
-          lowest.fma_gflop_per_s = std::min(lowest.fma_gflop_per_s, probe.fma_gflop_per_s);
-        }
         if ((r + 1) % std::max(1, o.repeats / 4) == 0 || r + 1 == o.repeats)
           err << "gdn bench: repeat " << r + 1 << "/" << o.repeats << "\n";
       }
-      slowed = bench::slowed(peaks, lowest, cpu);
+      after = measure_peaks(*ctx);
+      slowed = bench::slowed(peaks, after, cpu);
       if (!slowed) break;
       err << "gdn bench: the device slowed during the timed work (copy " << fmt(peaks.copy_gb_per_s, 0) << " -> "
-          << fmt(lowest.copy_gb_per_s, 0) << " GB/s, fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " -> "
-          << fmt(lowest.fma_gflop_per_s, 0) << " GFLOP/s)"
+          << fmt(after.copy_gb_per_s, 0) << " GB/s, fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " -> "
+          << fmt(after.fma_gflop_per_s, 0) << " GFLOP/s)"
           << (attempt < kAttempts ? ": discarding the run and timing again\n" : ": giving up\n");
       if (attempt < kAttempts) peaks = measure_peaks(*ctx);
     }
@@ -301,8 +295,8 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << "; median of " << o.repeats << " after " << o.warmup << " warm-up steps\n"
         << "ceilings measured in this run: copy " << fmt(peaks.copy_gb_per_s, 0) << " GB/s (read + write, "
         << gib(peaks.copy_bytes) << " buffers), fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0)
-        << " GFLOP/s; lowest between the timed repeats " << fmt(lowest.copy_gb_per_s, 0) << " GB/s, "
-        << fmt(lowest.fma_gflop_per_s, 0) << " GFLOP/s\n";
+        << " GFLOP/s; after the timed work " << fmt(after.copy_gb_per_s, 0) << " GB/s, "
+        << fmt(after.fma_gflop_per_s, 0) << " GFLOP/s\n";
     if (slowed)
       out << "SLOWED: the device's ceilings fell during the timed work in every attempt; these times are not "
              "performance figures\n";
@@ -317,8 +311,8 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
        << ", \"nk\": " << cfg.nk << ", \"K\": " << cfg.conv_taps << ", \"D\": " << kHeadDim
        << "}, \"checkpoint_interval\": " << layer.config().checkpoint_interval << ", \"variant\": \"" << to_string(layer.variant())
        << "\", \"matrix_units\": " << (layer.config().matrix_units ? "true" : "false") << ", \"repeats\": " << o.repeats << ",\n  \"copy_gb_per_s\": " << peaks.copy_gb_per_s
-       << ", \"fma_gflop_per_s\": " << peaks.fma_gflop_per_s << ", \"copy_gb_per_s_lowest\": " << lowest.copy_gb_per_s
-       << ", \"fma_gflop_per_s_lowest\": " << lowest.fma_gflop_per_s << ", \"slowed\": " << (slowed ? "true" : "false")
+       << ", \"fma_gflop_per_s\": " << peaks.fma_gflop_per_s << ", \"copy_gb_per_s_after\": " << after.copy_gb_per_s
+       << ", \"fma_gflop_per_s_after\": " << after.fma_gflop_per_s << ", \"slowed\": " << (slowed ? "true" : "false")
        << ",\n  \"passes\": [\n";
     double step_ms = 0, step_floor_bw = 0, step_floor_fl = 0;
     for (std::size_t pi = 0; pi < passes.size(); ++pi) {

@@ -14,9 +14,9 @@ namespace gdn::bench {
 /// table to `out`, progress and errors to `err`. Returns the process exit code.
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-/// Whether a GPU slowed during the timed work: either ceiling's lowest measurement between the timed
-/// repeats below 85% of the one before them (never on a CPU driver, whose times are no figures).
-bool slowed(const DevicePeaks& before, const DevicePeaks& lowest, bool cpu);
+/// Whether a GPU slowed during the timed work: either ceiling measured after it below 85% of the
+/// one measured before (never on a CPU driver, whose times are no performance figures).
+bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu);
 
 /// The flags, for --help.
 std::string usage();
