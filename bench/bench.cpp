@@ -142,6 +142,11 @@ bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu) {
                   after.fma_gflop_per_s < kSlowed * before.fma_gflop_per_s);
 }
 
+bool kernel_slowed(double bytes, double ms, double copy_gb_per_s, bool cpu) {
+  constexpr double kFar = 0.3;
+  return !cpu && ms > 0 && bytes / (ms * 1e-3) * 1e-9 < kFar * copy_gb_per_s;
+}
+
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--fast] [--repeats N]\n"
@@ -159,7 +164,8 @@ std::string usage() {
          "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n"
          "  --seqlens L1,L2,...: one stream of packed sequences of these lengths (B 1, T their sum).\n"
          "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
-         "  by over 15% is discarded and timed again (3 attempts), and one still slowed is marked SLOWED\n"
+         "  by over 15%, or whose conv_fwd moved its bytes at under 30% of the copy ceiling, is discarded\n"
+         "  and timed again (3 attempts), and one still slowed is marked SLOWED\n"
          "  and exits with status 3.\n";
 }
 
@@ -256,10 +262,12 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     layer.set_profiling(false);
     for (int i = 0; i < o.warmup; ++i) step(false);
     layer.set_profiling(true);
-    // A GPU sometimes runs everything several times slower for a while (seen after a machine start).
-    // The ceilings are measured again after the timed work; where they fell (slowed()) the run is
-    // discarded and made again (at most kAttempts in all), and a run still slowed is reported as such
-    // and exits with status 3.
+    // A GPU sometimes runs everything several times slower for a while (seen after a machine start,
+    // and once for one whole run between two fine ceilings). The ceilings are measured again after the
+    // timed work, and conv_fwd's bandwidth is held against the copy ceiling; where the ceilings fell
+    // (slowed()) or conv_fwd fell far below the copy (kernel_slowed()) the run is discarded and made
+    // again (at most kAttempts in all), and a run still slowed is reported as such and exits with
+    // status 3. (Measuring the ceilings between the repeats slowed the device itself.)
     constexpr int kAttempts = 3;
     bool slowed = false;
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
@@ -270,11 +278,17 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
           err << "gdn bench: repeat " << r + 1 << "/" << o.repeats << "\n";
       }
       after = measure_peaks(*ctx);
-      slowed = bench::slowed(peaks, after, cpu);
+      // conv_fwd, memory-bound (qkv read, y and q^ k^ written): where it is timed (not in lanes)
+      const auto& fwd = passes[1].samples;
+      const double conv_ms = fwd.count("conv_fwd") ? passes[1].ms("conv_fwd") : 0.0;
+      const double conv_bytes = BT * double(cfg.channels()) * (F + 4.0);
+      const bool conv_slow = kernel_slowed(conv_bytes, conv_ms, peaks.copy_gb_per_s, cpu);
+      slowed = bench::slowed(peaks, after, cpu) || conv_slow;
       if (!slowed) break;
       err << "gdn bench: the device slowed during the timed work (copy " << fmt(peaks.copy_gb_per_s, 0) << " -> "
           << fmt(after.copy_gb_per_s, 0) << " GB/s, fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " -> "
-          << fmt(after.fma_gflop_per_s, 0) << " GFLOP/s)"
+          << fmt(after.fma_gflop_per_s, 0) << " GFLOP/s; conv_fwd "
+          << fmt(conv_bytes / (std::max(conv_ms, 1e-9) * 1e-3) * 1e-9, 0) << " GB/s)"
           << (attempt < kAttempts ? ": discarding the run and timing again\n" : ": giving up\n");
       if (attempt < kAttempts) peaks = measure_peaks(*ctx);
     }

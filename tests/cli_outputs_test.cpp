@@ -150,8 +150,8 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
   EXPECT_THAT(heads.err, HasSubstr("nv = 2147483647"));
 }
 
-// A GPU run during which either ceiling fell by over 15% counts as slowed (and is timed again); a CPU
-// driver's never does.
+// A GPU run during which either ceiling fell by over 15%, or conv_fwd fell under 30% of the copy
+// ceiling, counts as slowed (and is timed again); a CPU driver's never does.
 TEST(Bench, SlowedWhenACeilingFalls) {
   const DevicePeaks before{.copy_gb_per_s = 4000, .fma_gflop_per_s = 60000};
   EXPECT_FALSE(bench::slowed(before, before, false));
@@ -159,6 +159,10 @@ TEST(Bench, SlowedWhenACeilingFalls) {
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 3300, .fma_gflop_per_s = 60000}, false));
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 4000, .fma_gflop_per_s = 50000}, false));
   EXPECT_FALSE(bench::slowed(before, {.copy_gb_per_s = 1000, .fma_gflop_per_s = 1000}, true));
+  // conv_fwd at the 27B shape: 335 MB in 0.123 ms (2.7 TB/s) is fine, in 0.37 ms (0.9 TB/s) slowed
+  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.123, 4268, false));
+  EXPECT_TRUE(bench::kernel_slowed(335e6, 0.37, 4268, false));
+  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.37, 4268, true));
 }
 
 TEST_F(Cli, UnknownCommand) {
