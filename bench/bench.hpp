@@ -17,8 +17,9 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 /// Whether a GPU slowed during the timed work: either ceiling measured after it below 85% of the
 /// one measured before (never on a CPU driver, whose times are no performance figures).
 bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu);
-/// Whether a memory-bound kernel that moved `bytes` in `ms` ran far below the copy ceiling (under 30%
-/// of it: conv_fwd reaches about 64% on the H200); never on a CPU driver.
+/// Whether a memory-bound kernel that moved `bytes` (128 MB or more: fewer are bound by launch
+/// latency) in `ms` ran far below the copy ceiling (under 30% of it: conv_fwd reaches about 64% on the
+/// H200); never on a CPU driver.
 bool kernel_slowed(double bytes, double ms, double copy_gb_per_s, bool cpu);
 
 /// The flags, for --help.

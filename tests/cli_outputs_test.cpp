@@ -163,6 +163,7 @@ TEST(Bench, SlowedWhenACeilingFalls) {
   EXPECT_FALSE(bench::kernel_slowed(335e6, 0.123, 4268, false));
   EXPECT_TRUE(bench::kernel_slowed(335e6, 0.37, 4268, false));
   EXPECT_FALSE(bench::kernel_slowed(335e6, 0.37, 4268, true));
+  EXPECT_FALSE(bench::kernel_slowed(0.2e6, 0.05, 4268, false));  // a tiny shape: latency-bound
 }
 
 TEST_F(Cli, UnknownCommand) {
