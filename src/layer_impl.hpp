@@ -215,14 +215,22 @@ struct LayerImpl {
   Tensor f32_of(const Tensor& t, Tensor& slot) {
     if (t.empty() || t.dtype() == DType::Float32) return t;
     if (!casts) casts = build_casts(dev);
-    if (slot.empty() || slot.numel() < t.numel()) {
-      if (!slot.empty()) {
-        refuse_if_outstanding(t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
-        retired.push_back(std::make_shared<Tensor>(slot));
-      }
-      slot = Tensor(ctx, t.shape(), t.name() + " (float32)");
-    }
+    grow(slot, t.shape(), t.name() + " (float32)", t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
     return slot.shape() == t.shape() ? slot : sub_tensor(slot, 0, t.shape(), slot.name());
+  }
+  // Makes `slot` (a float32 tensor kept between calls) hold at least shape's elements: where it holds
+  // fewer, a new one of `shape`, the old one retired (recorded work may still read it; a call of B, T
+  // is refused while such work is outstanding).
+  void grow(Tensor& slot, const std::vector<std::int64_t>& shape, const std::string& name, std::int64_t B,
+            std::int64_t T) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (!slot.empty() && slot.numel() >= n) return;
+    if (!slot.empty()) {
+      refuse_if_outstanding(B, T);
+      retired.push_back(std::make_shared<Tensor>(slot));
+    }
+    slot = Tensor(ctx, shape, name);
   }
   // A view of t's elements from `first` on, shaped `shape` (first * element size a multiple of the
   // device's storage-buffer offset alignment).

@@ -113,6 +113,23 @@ std::vector<std::vector<std::size_t>> lanes_of(const std::vector<Part>& plan, bo
   return lanes;
 }
 
+// Records body(r, l) for lanes l = 0 .. n-1: side by side (gpu::Recorder::begin_lanes; their work
+// one interval, "sequences side by side") where there are several, else as one sequence of commands.
+template <class Body>
+void record_lanes(gpu::Recorder& r, std::size_t n, Body&& body) {
+  if (n == 1) {
+    body(r, std::size_t(0));
+    return;
+  }
+  r.begin_lanes(n);
+  for (std::size_t l = 0; l < n; ++l) {
+    r.lane(l);
+    body(r, l);
+  }
+  r.end_lanes();
+  r.mark("sequences side by side");
+}
+
 // Where a lane's parameters' gradients lie in LayerImpl::lane_sums (shaders/common/param_lanes.comp):
 // dconv [C*K] at 0, then dnorm [D], ddt_bias [nv], da_log [nv], each from a multiple of 64 floats (256
 // bytes: a storage-buffer offset every device aligns to).
@@ -208,10 +225,8 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
   }
   if (!tape)  // the parts live until the work is done
     for (auto& pt : parts) retired.push_back(pt);
-  run([&](gpu::Recorder& r) {
-    if (lanes.size() > 1) r.begin_lanes(lanes.size());
-    for (std::size_t l = 0; l < lanes.size(); ++l) {
-      if (lanes.size() > 1) r.lane(l);
+  run([&](gpu::Recorder& rec) {
+    record_lanes(rec, lanes.size(), [&](gpu::Recorder& r, std::size_t l) {
       Work& w = work[l];
       for (std::size_t i : lanes[l]) {
         const Part& p = plan[i];
@@ -237,11 +252,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
         }
         record_forward_part(r, w, pt.inputs, rows(out, p), *f, s, conv_out.empty() ? nullptr : &conv_out);
       }
-    }
-    if (lanes.size() > 1) {
-      r.end_lanes();
-      r.mark("sequences side by side");
-    }
+    });
   });
   if (tape) {
     auto& st = tape_state(*tape);
@@ -275,14 +286,7 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
   const bool lane_params = lanes.size() > 1 && cfg.param_grads;
   const ParamSumLayout at(cfg);
   if (lane_params) {
-    const std::int64_t n = std::int64_t(lanes.size()) * at.stride;
-    if (lane_sums.empty() || lane_sums.numel() < n) {
-      if (!lane_sums.empty()) {
-        refuse_if_outstanding(1, st.T);
-        retired.push_back(std::make_shared<Tensor>(lane_sums));
-      }
-      lane_sums = Tensor(ctx, {n}, "parameters' gradients per lane");
-    }
+    grow(lane_sums, {std::int64_t(lanes.size()) * at.stride}, "parameters' gradients per lane", 1, st.T);
     if (!param_lanes) param_lanes = make_pipeline<bindings::param_lanes>(dev);
   }
   auto windows = [&](const Tensor& t, const Part& p, const char* name) { return state_rows(*this, t, p, name); };
@@ -300,10 +304,8 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
   for (auto* v : {&dh0, &dcs, &da, &db})  // they live until the work is done
     for (auto& t : *v)
       if (!t.empty()) retired.push_back(std::make_shared<Tensor>(t));
-  run([&](gpu::Recorder& r) {
-    if (lanes.size() > 1) r.begin_lanes(lanes.size());
-    for (std::size_t l = 0; l < lanes.size(); ++l) {
-      if (lanes.size() > 1) r.lane(l);
+  run([&](gpu::Recorder& rec) {
+    record_lanes(rec, lanes.size(), [&](gpu::Recorder& r, std::size_t l) {
       Work& w = work[l];
       bool first = true;
       for (std::size_t i : lanes[l]) {
@@ -341,11 +343,7 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
           copy_rows(r, *from, 0, *to, (std::size_t(p.b0) * T + p.t0) * cfg.nv, std::size_t(from->numel()));
         r.barrier();
       }
-    }
-    if (lanes.size() > 1) {
-      r.end_lanes();
-      r.mark("sequences side by side");
-    }
+    });
     if (lane_params) {
       Push pc;
       pc.nb = std::uint32_t(lanes.size());
@@ -353,11 +351,11 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
       pc.c_dim = std::uint32_t(cfg.channels());
       pc.kk = std::uint32_t(cfg.conv_taps);
       const std::uint64_t n = std::uint64_t(cfg.channels()) * cfg.conv_taps + kHeadDim + 2 * std::uint64_t(cfg.nv);
-      r.dispatch(*param_lanes,
-                 bindings::param_lanes{.sums = view(lane_sums), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
-                                       .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
-                 pc, (n + 255) / 256);
-      r.mark("param_lanes");
+      rec.dispatch(*param_lanes,
+                   bindings::param_lanes{.sums = view(lane_sums), .dconv = view(g.dconv), .dnorm = view(g.dnorm),
+                                         .ddt_bias = view(g.ddt_bias), .da_log = view(g.da_log)},
+                   pc, (n + 255) / 256);
+      rec.mark("param_lanes");
     }
   });
 }
