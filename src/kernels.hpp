@@ -44,6 +44,10 @@ inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kS
 inline constexpr std::uint32_t kParamAccumulate = 16;
 /// Push::flags of the conv kernels: qkv, dqkv bfloat16 (common.glsl's BF16_QKV, BF16_DQKV).
 inline constexpr std::uint32_t kBf16Qkv = 32, kBf16Dqkv = 64;
+/// The other boundary streams, for a family whose passes read or write them as bfloat16 themselves
+/// (Family::bf16_streams; common.glsl's BF16_Z ..).
+inline constexpr std::uint32_t kBf16Z = 128, kBf16Out = 256, kBf16Dout = 512, kBf16Dz = 1024, kBf16A = 2048,
+                               kBf16B = 4096;
 
 /// The device's pipeline for an embedded shader and specialization (built once per device, shared by
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).

@@ -38,7 +38,7 @@ void LayerImpl::record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, 
 void LayerImpl::record_forward_part(gpu::Recorder& r, Work& w, const DeviceInputs& in, const Tensor& out,
                                     const BufferSet& f, const States& s, const Tensor* conv_state_out) {
   const DeviceInputs fin = f32_inputs(in, w.f32);
-  const Tensor out32 = f32_of(out, w.f32.out);
+  const Tensor out32 = f32_of(out, w.f32.out, kBf16Out);
   States sb = s;
   if (in.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
   record_widen(r, in, fin);
@@ -53,11 +53,11 @@ void LayerImpl::record_forward_part(gpu::Recorder& r, Work& w, const DeviceInput
 void LayerImpl::record_backward_part(gpu::Recorder& r, Work& w, const TapeState& st, const Tensor& dout,
                                      const DeviceGrads& g, const States& s, bool accumulate) {
   const DeviceInputs fin = f32_inputs(st.inputs, w.f32);
-  const Tensor dout32 = f32_of(dout, w.f32.dout);
+  const Tensor dout32 = f32_of(dout, w.f32.dout, kBf16Dout);
   DeviceGrads g32 = g;  // dqkv as it is: conv_bwd stores bfloat16 itself (kBf16Dqkv)
-  g32.dz = f32_of(g.dz, w.f32.dz);
-  g32.da = f32_of(g.da, w.f32.da);
-  g32.db = f32_of(g.db, w.f32.db);
+  g32.dz = f32_of(g.dz, w.f32.dz, kBf16Dz);
+  g32.da = f32_of(g.da, w.f32.da, 0);  // param_sum reads da: float32
+  g32.db = f32_of(g.db, w.f32.db, 0);
   record_widen(r, st.inputs, fin);
   record_cast(r, dout, dout32, "dout");
   States sb = s;
@@ -80,6 +80,8 @@ void LayerImpl::record_param_grads(gpu::Recorder& r, const Work& w, const TapeSt
   // dnorm's groups of rows: the family's backward's, else param_part's
   Family::DnormParts dn = family->dnorm_parts(w.bwd);
   if (!dn.buffer) {
+    if (z.dtype() != DType::Float32 || dout.dtype() != DType::Float32)
+      throw std::logic_error("param_part reads z and dout as float32: a family that reads them as bfloat16 leaves dnorm's parts");
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
     dn = {&param_work[1], (rows + kParamRows - 1) / kParamRows};
     r.dispatch(*k.param_part,

@@ -83,11 +83,11 @@ struct LayerImpl {
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   std::unique_ptr<Family> family;
-  // The families read and write float32: a bfloat16 input is widened into a float32 stand-in before
-  // their passes and a bfloat16 output is stored from one after them (shaders/common/to_f32.comp,
-  // to_bf16.comp).
+  // A bfloat16 stream that the family does not read or write itself (Family::bf16_streams) is widened
+  // into a float32 stand-in before its passes, or stored from one after them
+  // (shaders/common/to_f32.comp, to_bf16.comp).
   struct StandIns {
-    Tensor z, a, b, out, dout, dz, da, db;  // (qkv and dqkv: the conv kernels read and write bfloat16)
+    Tensor z, a, b, out, dout, dz, da, db;
   };
   // What one run of the family's passes writes beside its tape and the call's tensors, kept between
   // calls of one shape: work[0], and one more set for each further lane where a packed call's
@@ -210,10 +210,11 @@ struct LayerImpl {
   // ---- bfloat16 boundary tensors (Work::f32) ----
   std::optional<CastKernels> casts;  // built at the first bfloat16 call
 
-  // t where it is float32 (or empty), else a float32 tensor of t's shape: `slot`, or a view of its
-  // first elements where it is larger.
-  Tensor f32_of(const Tensor& t, Tensor& slot) {
-    if (t.empty() || t.dtype() == DType::Float32) return t;
+  // t where it is float32 (or empty) or where the family takes the stream (kBf16* bit) as bfloat16
+  // itself, else a float32 tensor of t's shape: `slot`, or a view of its first elements where it is
+  // larger.
+  Tensor f32_of(const Tensor& t, Tensor& slot, std::uint32_t stream) {
+    if (t.empty() || t.dtype() == DType::Float32 || (family->bf16_streams() & stream)) return t;
     if (!casts) casts = build_casts(dev);
     grow(slot, t.shape(), t.name() + " (float32)", t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
     return slot.shape() == t.shape() ? slot : sub_tensor(slot, 0, t.shape(), slot.name());
@@ -252,13 +253,13 @@ struct LayerImpl {
       r.mark(std::string("to_bf16 ") + role);
     }
   }
-  // The inputs the family reads for `in`: its bfloat16 streams' float32 stand-ins, but qkv as it is
-  // (the conv kernels read bfloat16 qkv themselves: Push::flags kBf16Qkv).
+  // The inputs the family reads for `in`: the float32 stand-ins of the bfloat16 streams it does not
+  // read as such (qkv as it is: the conv kernels read bfloat16 qkv themselves, Push::flags kBf16Qkv).
   DeviceInputs f32_inputs(const DeviceInputs& in, StandIns& f32) {
     DeviceInputs f = in;
-    f.z = f32_of(in.z, f32.z);
-    f.a = f32_of(in.a, f32.a);
-    f.b = f32_of(in.b, f32.b);
+    f.z = f32_of(in.z, f32.z, kBf16Z);
+    f.a = f32_of(in.a, f32.a, kBf16A);
+    f.b = f32_of(in.b, f32.b, kBf16B);
     return f;
   }
   void record_widen(gpu::Recorder& r, const DeviceInputs& in, const DeviceInputs& f) const {

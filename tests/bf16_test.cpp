@@ -174,6 +174,92 @@ TEST_P(Bf16, EachStreamOnItsOwn) {
   }
 }
 
+// Every stream bfloat16 at the magnitudes training feeds the layer: dout x 2^-27 (a loss averaged
+// over millions of tokens) and x 2^16 (a loss scale), qkv x 1e-4 and x 1e3 (rounded after scaling).
+// bfloat16 has float32's exponent range, so the bounds hold at every scale; the matrix units' passes
+// read and write these streams as bfloat16 themselves.
+TEST_P(Bf16, AtTrainingScales) {
+  const Config cfg = config();
+  const Params p = random_params(cfg, 11);
+  Layer layer(context(), cfg, p);
+  const int B = 1, T = 40;
+  const Batch x0 = random_batch(cfg, B, T, 49);
+  const auto bf = DType::BFloat16;
+  struct Case {
+    const char* what;
+    double qkv, dout;
+  };
+  for (const Case c : {Case{"dout x 2^-27", 1, 0x1p-27}, Case{"dout x 2^16", 1, 0x1p16}, Case{"qkv x 1e-4", 1e-4, 1},
+                       Case{"qkv x 1e3", 1e3, 1}}) {
+    Batch x = x0;
+    for (auto& v : x.qkv) v = float(v * c.qkv);
+    for (auto& v : x.dout) v = float(v * c.dout);
+    for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = rounded(*v);
+    const Expected want = reference_batch(cfg, p, x, B, T);
+    const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
+                          tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+    Tensor out;
+    Tape tape;
+    layer.forward(in, out, &tape);
+    DeviceGrads g;
+    layer.backward(tape, tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
+    std::printf("[gdn] %s, bfloat16 streams, %s:\n", GetParam().name, c.what);
+    expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
+    expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
+    expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
+    expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+    expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+    expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);
+    expect_close("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
+    expect_close("da_log", g.da_log.download(), want.da_log, kTolerance);
+  }
+}
+
+// Packed sequences with every stream bfloat16: each sequence's bfloat16 outputs and gradients as the
+// same sequence run alone with bfloat16 streams (the same arithmetic, so bit for bit where the
+// float32 results agree; bound: the packed suite's 1e-5).
+TEST_P(Bf16, PackedSequencesEachAsAlone) {
+  const Config cfg = config();
+  Layer layer(context(), cfg, random_params(cfg, 12));
+  const std::vector<std::int64_t> cu{0, 1, 17, 50};
+  const int T = int(cu.back());
+  const std::size_t C = std::size_t(cfg.channels()), V = std::size_t(cfg.value_dim()), nv = std::size_t(cfg.nv);
+  const Batch x = random_batch(cfg, 1, T, 51);
+  const auto bf = DType::BFloat16;
+  auto part = [](const std::vector<float>& v, std::size_t from, std::size_t n) {
+    return std::vector<float>(v.begin() + std::ptrdiff_t(from), v.begin() + std::ptrdiff_t(from + n));
+  };
+  auto run = [&](std::size_t t0, std::size_t L, std::vector<std::int64_t> seqlens) {
+    const int l = int(L);
+    DeviceInputs in{tensor(part(x.qkv, t0 * C, L * C), {1, l, cfg.channels()}, "qkv", bf),
+                    tensor(part(x.z, t0 * V, L * V), {1, l, cfg.value_dim()}, "z", bf),
+                    tensor(part(x.a, t0 * nv, L * nv), {1, l, cfg.nv}, "a", bf),
+                    tensor(part(x.b, t0 * nv, L * nv), {1, l, cfg.nv}, "b", bf)};
+    in.cu_seqlens = std::move(seqlens);
+    Tensor out;
+    Tape tape;
+    layer.forward(in, out, &tape);
+    DeviceGrads g;
+    layer.backward(tape, tensor(part(x.dout, t0 * V, L * V), {1, l, cfg.value_dim()}, "dout", bf), g);
+    return std::vector<std::vector<float>>{out.download(), g.dqkv.download(), g.dz.download(), g.da.download(),
+                                           g.db.download()};
+  };
+  const auto packed = run(0, std::size_t(T), cu);
+  const char* names[] = {"out", "dqkv", "dz", "da", "db"};
+  const std::size_t width[] = {V, C, V, nv, nv};
+  for (std::size_t n = 0; n + 1 < cu.size(); ++n) {
+    const std::size_t t0 = std::size_t(cu[n]), L = std::size_t(cu[n + 1] - cu[n]);
+    const auto alone = run(t0, L, {});
+    SCOPED_TRACE("sequence " + std::to_string(n) + " of " + std::to_string(L) + " tokens");
+    for (std::size_t i = 0; i < alone.size(); ++i) {
+      const auto got = part(packed[i], t0 * width[i], L * width[i]);
+      expect_close(names[i], got, std::vector<double>(alone[i].begin(), alone[i].end()), 1e-5);
+    }
+  }
+  std::printf("[gdn] %s: 3 sequences of 1, 16, 33 tokens packed with bfloat16 streams, each as alone\n",
+              GetParam().name);
+}
+
 // An odd number of elements: the last word's upper half is not the tensor's and keeps its bits.
 TEST_P(Bf16, OddCountKeepsTheBytesAfterTheTensor) {
   const Config cfg = config(3, 1);

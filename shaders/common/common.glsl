@@ -32,11 +32,21 @@ layout(push_constant) uniform Push {
 #define PARAM_ACCUMULATE 16u // param_sum: add to the parameters' gradients (a call run as parts)
 #define BF16_QKV 32u         // qkv is bfloat16 (conv_fwd, conv_bwd read it as uvec2 quads)
 #define BF16_DQKV 64u        // dqkv is bfloat16 (conv_bwd stores it so)
+// The other boundary streams, where a pass reads or writes them as bfloat16 itself (the matrix-unit
+// passes' specialization constant BF16, shaders/matrix/mma.glsl); the host's kBf16* (src/kernels.hpp).
+#define BF16_Z 128u
+#define BF16_OUT 256u
+#define BF16_DOUT 512u
+#define BF16_DZ 1024u
+#define BF16_A 2048u
+#define BF16_B 4096u
 bool has(uint flag) { return (pc.flags & flag) != 0u; }
 
 // bfloat16 storage: a word holds two elements, the first in its low half. Four channels are a uvec2.
 vec2 widen_bf16x2(uint w) { return vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xFFFF0000u)); }
 vec4 widen_bf16x4(uvec2 w) { return vec4(widen_bf16x2(w.x), widen_bf16x2(w.y)); }
+// Element i of a bfloat16 tensor from its word w = words[i / 2].
+float widen_bf16_at(uint w, uint i) { return uintBitsToFloat((i & 1u) == 0u ? w << 16 : w & 0xFFFF0000u); }
 // x's bfloat16 bits: ties to even, overflow to Inf, NaN kept quiet (gdn::to_bfloat16).
 uint bf16_bits(float x) {
   const uint u = floatBitsToUint(x);

@@ -54,10 +54,13 @@ layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, n
 layout(set = 0, binding = 6) readonly buffer Pm4 { vec4 p4[]; };        // [B, T, nv, CH/4] P (the forward's)
 layout(set = 0, binding = 7) readonly buffer O4 { vec4 o4[]; };         // [B, T, nv*D/4] o before the norm (tape)
 layout(set = 0, binding = 8) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
+layout(set = 0, binding = 8) readonly buffer Z2 { uvec2 z2[]; };        // the same, bfloat16 (BF16_Z)
 layout(set = 0, binding = 9) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
 layout(set = 0, binding = 10) readonly buffer Inv { float inv_rms[]; }; // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Dout4 { vec4 dout4[]; };  // [B, T, nv*D/4] grad of the output
+layout(set = 0, binding = 11) readonly buffer Dout2 { uvec2 dout2[]; }; // the same, bfloat16 (BF16_DOUT)
 layout(set = 0, binding = 12) writeonly buffer Dz4 { vec4 dz4[]; };     // [B, T, nv*D/4] grad of z
+layout(set = 0, binding = 12) writeonly buffer Dz2 { uvec2 dz2[]; };    // the same, bfloat16 (BF16_DZ)
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
@@ -163,13 +166,13 @@ void main() {
   // (the one before in this pass's order) updates its state, so that their latency is off the chain.
   // Its operators are loaded here, not a chunk ahead: ahead measured slower wherever they were loaded
   // (their registers cost more than the latency they hide).
-  vec4 o_next[2], z_next[2], g_next[2], u_next[2];
+  vec4 o_next[2], z_next[2], g_next[2], u_next[2];  // z and dout (g) as FETCH_STREAM loads them
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
     FETCH_TILE(u4, k0, lane, col0, u_next)
     FETCH_TILE(o4, k0, lane, col0, o_next)
-    FETCH_TILE(z4, k0, lane, col0, z_next)
-    FETCH_TILE(dout4, k0, lane, col0, g_next)
+    FETCH_STREAM(BF16_Z, z4, z2, k0, lane, col0, z_next)
+    FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, col0, g_next)
   }
   F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
   vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
@@ -178,7 +181,9 @@ void main() {
     const Operators cur = fetch_operators(k, tid);
     if (cc > 0u)  // the chunk before
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
-    vec4 o[2] = o_next, z[2] = z_next, g[2] = g_next, u[2] = u_next, wd[2];
+    vec4 o[2] = o_next, u[2] = u_next, wd[2];
+    const vec4 z[2] = {stream_value(BF16_Z, z_next[0]), stream_value(BF16_Z, z_next[1])};
+    const vec4 g[2] = {stream_value(BF16_DOUT, g_next[0]), stream_value(BF16_DOUT, g_next[1])};
     float inv[2], part[2];
     vec4 dn = vec4(0.0);  // the lane's 4 columns of the chunk's dnorm share, over its two rows
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -209,7 +214,11 @@ void main() {
         dO[e] = inv[e] * wd[e] - o[e] * coef;
         if (i < k.L) {
           do4[at] = dO[e];
-          dz4[at] = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
+          const vec4 dz = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
+          if (bf16(BF16_DZ))
+            dz2[at] = round_bf16x4(dz);
+          else
+            dz4[at] = dz;
         }
       }
       // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
@@ -281,8 +290,8 @@ void main() {
       const Chunk kn = chunk_of(b, h, nch - 2u - cc);
       FETCH_TILE(u4, kn, lane, col0, u_next)
       FETCH_TILE(o4, kn, lane, col0, o_next)
-      FETCH_TILE(z4, kn, lane, col0, z_next)
-      FETCH_TILE(dout4, kn, lane, col0, g_next)
+      FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
+      FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
     }
     // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
     F16M uh, ul;

@@ -43,8 +43,10 @@ layout(set = 0, binding = 4) readonly buffer Pm4 { vec4 p4[]; };        // [B, T
 layout(set = 0, binding = 5) writeonly buffer O4 { vec4 o4[]; };        // [B, T, nv*D/4] o before the norm (tape)
 layout(set = 0, binding = 6) writeonly buffer Ck { float ck[]; };       // [B, nv, pair slots, D cols, D rows]
 layout(set = 0, binding = 7) readonly buffer Z4 { vec4 z4[]; };         // [B, T, nv*D/4] the norm's gate input
+layout(set = 0, binding = 7) readonly buffer Z2 { uvec2 z2[]; };        // the same, bfloat16 (BF16_Z)
 layout(set = 0, binding = 8) readonly buffer Norm4 { vec4 norm4[]; };   // [D/4] RMSNorm weight
 layout(set = 0, binding = 9) writeonly buffer Out4 { vec4 out4[]; };    // [B, T, nv*D/4] the layer's output
+layout(set = 0, binding = 9) writeonly buffer Out2 { uvec2 out2[]; };   // the same, bfloat16 (BF16_OUT)
 layout(set = 0, binding = 10) writeonly buffer Inv { float inv_rms[]; };  // [B, T, nv] 1/rms (tape)
 layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B, T, nv]: beta at [1]
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
@@ -70,14 +72,19 @@ void fetch_v(Chunk k, uint lane, uint col0, out vec4 x[2]) {
   }
 }
 
-// The layer's output rows of chunk k from its O rows (the lane's o8, z) once every subgroup's row
+// The layer's output rows of chunk k from its O rows (the lane's o8, z as FETCH_STREAM loaded it) once every subgroup's row
 // sums of O^2 are in row_part.
 void put_output(Chunk k, vec4 o8[2], vec4 z[2], vec4 nw, uint col0, uint lane, uint sg) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e);
     if (i < k.L) {
       const float inv = 1.0 / sqrt(row_total(i) / float(D) + pc.eps);
-      out4[tile_at(k, i, col0, lane)] = o8[e] * inv * nw * silu(z[e]);
+      const vec4 y = o8[e] * inv * nw * silu(stream_value(BF16_Z, z[e]));
+      const uint at = tile_at(k, i, col0, lane);
+      if (bf16(BF16_OUT))
+        out2[at] = round_bf16x4(y);
+      else
+        out4[at] = y;
       if (pc.keep != 0u && sg == 0u && lane % 4u == 0u) inv_rms[head_row(k, i)] = inv;
     }
   }
@@ -138,7 +145,7 @@ void main() {
     if (vmax > 0.0) eu_min = min(eu_min, eu);
     const float inv_su = pow2(-eu);
     vec4 z[2];
-    FETCH_TILE(z4, k, lane, col0, z)
+    FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);

@@ -43,6 +43,18 @@ uint tile_at(Chunk k, uint i, uint col0, uint lane) { return (head_row(k, min(i,
     [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_)                                                    \
       x[e_] = tile_row(lane, e_) < (k).L ? buf4[tile_at(k, tile_row(lane, e_), col0, lane)] : vec4(0.0); \
   }
+// The same for a boundary stream that may be bfloat16 (BF16 bit `stream`; buf4 and buf2 its binding as
+// vec4 and as uvec2, 4 bfloat16), as loaded: a bfloat16 quad's bits in .xy, widened by stream_value
+// where it is used, so that no conversion waits for the load before then.
+#define FETCH_STREAM(stream, buf4, buf2, k, lane, col0, x)                                          \
+  {                                                                                                 \
+    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_) {                                                  \
+      const uint at_ = tile_at(k, tile_row(lane, e_), col0, lane);                                  \
+      x[e_] = tile_row(lane, e_) >= (k).L ? vec4(0.0)                                               \
+            : bf16(stream) ? vec4(uintBitsToFloat(buf2[at_]), 0.0, 0.0) : buf4[at_];                \
+    }                                                                                               \
+  }
+vec4 stream_value(uint stream, vec4 raw) { return bf16(stream) ? widen_bf16x4(floatBitsToUint(raw.xy)) : raw; }
 // Its inverse for a subgroup tile [i][16 columns] at t_at of the shader's shared float array `tiles`:
 // stores the lane's elements (t_lane = tile_lane(lane)) to the chunk's rows of buf4.
 #define STORE_TILE_ROWS(buf4, k, lane, col0, t_at, t_lane)                                                 \

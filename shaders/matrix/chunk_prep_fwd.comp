@@ -30,7 +30,9 @@ layout(set = 0, binding = 3) writeonly buffer Tm { float t_out[]; };    // [B, T
 layout(set = 0, binding = 4) writeonly buffer Lgc { float lgc[]; };     // [2][B, T, nv] lg hi, lo (chunk.glsl)
 layout(set = 0, binding = 5) writeonly buffer Pm { float p_out[]; };    // [B, T, nv, CH] rows of P
 layout(set = 0, binding = 6) readonly buffer A { float a_in[]; };       // [B, T, nv] the layer's input a
+layout(set = 0, binding = 6) readonly buffer A2 { uint a_h[]; };        // the same, bfloat16 pairs (BF16_A)
 layout(set = 0, binding = 7) readonly buffer Bw { float b_in[]; };      // [B, T, nv] the layer's input b
+layout(set = 0, binding = 7) readonly buffer Bw2 { uint b_h[]; };       // the same, bfloat16 pairs (BF16_B)
 layout(set = 0, binding = 8) readonly buffer DtBias { float dt_bias[]; };  // [nv]
 layout(set = 0, binding = 9) writeonly buffer Gm { float g_out[]; };    // [B, nk, nch, CH, CH] G (tape)
 layout(set = 0, binding = 10) writeonly buffer Eqk { float eqk_out[]; };  // [B, nk, nch] eqk
@@ -57,7 +59,9 @@ vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
   const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid >= nh * R || i >= L) return vec2(0.0);
   const uint at = (bt0 + i) * pc.nv + h;
-  const Gate x = make_gate(a_in[at], b_in[at], a_log[h], dt_bias[h]);
+  const float a = bf16(BF16_A) ? widen_bf16_at(a_h[at / 2u], at) : a_in[at];
+  const float b = bf16(BF16_B) ? widen_bf16_at(b_h[at / 2u], at) : b_in[at];
+  const Gate x = make_gate(a, b, a_log[h], dt_bias[h]);
   gates[at] = x.g;
   gates[n + at] = x.beta;
   gates[2u * n + at] = x.arg;

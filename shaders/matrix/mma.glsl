@@ -26,6 +26,10 @@
 // Config::precision fast: single fp16 products (hi alone: 11 significant bits), fp32 accumulation; the
 // lo halves are neither made nor multiplied. The operand scaling stays (fp32's exponent range).
 layout(constant_id = 7) const bool FAST = false;
+// The boundary streams the pass reads and writes as bfloat16 itself (common.glsl's BF16_* bits); the
+// others are float32.
+layout(constant_id = 6) const uint BF16 = 0u;
+bool bf16(uint stream) { return (BF16 & stream) != 0u; }
 
 #define F16M fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32M fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>

@@ -6,6 +6,9 @@
 // pair of chunks' gradients), then qk_bwd2 and a conv backward that makes dv from Yv. Its numerics
 // (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl.
 #include <algorithm>
+#include <map>
+#include <string_view>
+#include <tuple>
 
 #include "families/family.hpp"
 
@@ -23,8 +26,10 @@ class ChunkedMatrix final : public Family {
   explicit ChunkedMatrix(const FamilyArgs& a)
       : cfg_(a.cfg), p_(a.params), dev_(a.dev), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))) {
     const std::uint32_t ch = kChunk, taps = std::uint32_t(cfg_.conv_taps);
-    chunk_prep_fwd_ = make_pipeline<bindings::chunk_prep_fwd>(a.dev, with_precision({}), 32);
-    serial_[0] = make_serial(false);
+    pipe<bindings::chunk_prep_fwd>(false, 0);
+    pipe<bindings::chunk_fwd_mma>(false, 0);
+    pipe<bindings::chunk_dstate_mma>(false, 0);
+    pipe<bindings::chunk_pair_bwd_mma>(false, 0);
     chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, with_precision({32, ch}), 32);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
     conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
@@ -82,6 +87,11 @@ class ChunkedMatrix final : public Family {
     return {&w[kDnorm], std::uint64_t(w.B) * cfg_.nv * chunks(w.T)};
   }
 
+  // z, out, dout, dz in the serial passes (the norm's), a and b in chunk_prep_fwd (the gates')
+  std::uint32_t bf16_streams() const override {
+    return kBf16Qkv | kBf16Dqkv | kBf16Z | kBf16Out | kBf16Dout | kBf16Dz | kBf16A | kBf16B;
+  }
+
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
   const CommonKernels& common_kernels() const override { return common_; }
 
@@ -91,14 +101,15 @@ class ChunkedMatrix final : public Family {
     const gpu::Buffer& y = scratch[0];
     record_conv_fwd(r, common_, cfg_, p_, in, y, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
-    r.dispatch(*chunk_prep_fwd_,
+    const bool states = s.flags & (kStateH0 | kStateCarry);
+    r.dispatch(pipe<bindings::chunk_prep_fwd>(false, streams({{in.a, kBf16A}, {in.b, kBf16B}})),
                bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                         .tm = view(f[kTm]), .lgc = view(f[kLgc]), .pm = view(f[kPm]), .a = view(in.a),
                                         .bw = view(in.b), .dt_bias = view(p_.dt_bias), .gm = view(f[kGm]),
                                         .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);
     r.mark("chunk_prep_fwd");  // gate_prep fused in
-    r.dispatch(*serial(s.flags & (kStateH0 | kStateCarry)).fwd,
+    r.dispatch(pipe<bindings::chunk_fwd_mma>(states, streams({{in.z, kBf16Z}, {out, kBf16Out}})),
                bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
                                        .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
                                        .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
@@ -115,8 +126,8 @@ class ChunkedMatrix final : public Family {
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv;
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
-    const Serial& ps = serial(s.flags & (kStateH0 | kStateCarry));
-    r.dispatch(*ps.dstate,
+    const bool states = s.flags & (kStateH0 | kStateCarry);
+    r.dispatch(pipe<bindings::chunk_dstate_mma>(states, streams({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}})),
                bindings::chunk_dstate_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]),
                                           .do_ = view(w[kDo]), .yv = view(w[kYv]), .dsc = view(w[kDsc]),
                                           .pm = view(f[kPm]), .o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm),
@@ -135,7 +146,7 @@ class ChunkedMatrix final : public Family {
                                        .mdiag = view(w[kMdiag])},
                pc, heads * pc.nseg);
     r.mark("chunk_factors");
-    r.dispatch(*ps.pair,
+    r.dispatch(pipe<bindings::chunk_pair_bwd_mma>(states, 0),
                bindings::chunk_pair_bwd_mma{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(f[kLgc]),
                                             .fac = view(w[kFac]), .u = view(f[kU]), .do_ = view(w[kDo]),
                                             .yv = view(w[kYv]), .ck = view(f[kCk]), .dsc = view(w[kDsc]),
@@ -168,28 +179,34 @@ class ChunkedMatrix final : public Family {
   const LayerParams p_;
   gpu::Device& dev_;
   CommonKernels common_;
-  // The passes that read or write the carried state, in the plain build and the one with states
-  // (specialization constant 2), built on the first call that carries a state.
-  struct Serial {
-    std::shared_ptr<gpu::Pipeline> fwd, dstate, pair;
-  };
   // spec with the matrix-unit shaders' FAST (specialization constant 7, shaders/matrix/mma.glsl)
   std::vector<std::uint32_t> with_precision(std::vector<std::uint32_t> spec) const {
     spec.resize(8, 0);
     spec[7] = cfg_.precision == Precision::Fast ? 1u : 0u;
     return spec;
   }
-  Serial make_serial(bool states) const {
-    const std::vector<std::uint32_t> spec = with_precision({32, kChunk, states ? 1u : 0u});
-    return {make_pipeline<bindings::chunk_fwd_mma>(dev_, spec, 32), make_pipeline<bindings::chunk_dstate_mma>(dev_, spec, 32),
-            make_pipeline<bindings::chunk_pair_bwd_mma>(dev_, spec, 32)};
+  // The kBf16* bits of the tensors that are bfloat16 (the shaders' specialization constant BF16).
+  static std::uint32_t streams(std::initializer_list<std::pair<const Tensor&, std::uint32_t>> ts) {
+    std::uint32_t m = 0;
+    for (const auto& [t, bit] : ts)
+      if (!t.empty() && t.dtype() == DType::BFloat16) m |= bit;
+    return m;
   }
-  const Serial& serial(bool states) {
-    if (!serial_[states].fwd) serial_[states] = make_serial(states);
-    return serial_[states];
+  // The pipeline of one of the passes that take the carried state (specialization constant 2: a
+  // build of its own, so that the plain build spends no registers on it) and bfloat16 streams
+  // (constant 6), built at its first use (the plain builds with the family).
+  template <class Bindings>
+  const gpu::Pipeline& pipe(bool states, std::uint32_t bf16) {
+    auto& p = pipes_[{Bindings::kName, states, bf16}];
+    if (!p) {
+      std::vector<std::uint32_t> spec = with_precision({32, kChunk, states ? 1u : 0u});
+      spec[6] = bf16;
+      p = make_pipeline<Bindings>(dev_, std::move(spec), 32);
+    }
+    return *p;
   }
-  Serial serial_[2];
-  std::shared_ptr<gpu::Pipeline> chunk_prep_fwd_, chunk_factors_, qk_bwd_, conv_bwd_yv_;
+  std::map<std::tuple<std::string_view, bool, std::uint32_t>, std::shared_ptr<gpu::Pipeline>> pipes_;
+  std::shared_ptr<gpu::Pipeline> chunk_factors_, qk_bwd_, conv_bwd_yv_;
 };
 
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {

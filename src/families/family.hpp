@@ -101,6 +101,11 @@ class Family {
   };
   virtual DnormParts dnorm_parts(const BufferSet&) const { return {}; }
 
+  /// The boundary streams whose bfloat16 storage its passes read or write themselves (kBf16* bits;
+  /// qkv and dqkv: the common conv kernels'). The layer widens its other bfloat16 streams into float32
+  /// stand-ins before its passes and rounds its outputs after them.
+  virtual std::uint32_t bf16_streams() const { return kBf16Qkv | kBf16Dqkv; }
+
   /// The common kernels it built (the layer records the parameter-gradient passes with them).
   virtual const CommonKernels& common_kernels() const = 0;
   /// What one forward of (B, T) needs beyond its tape and keeps for no backward (the layer holds it).
