@@ -477,6 +477,10 @@ struct LayerImpl {
   // binding and T is within Config::part_tokens, else groups of whole windows, else runs of tokens of
   // one window (a multiple of the checkpoint interval; the state carried from one to the next).
   std::vector<Part> plan_parts(int B, int T) const;
+  // The most tokens of a window (of T) one part takes: Config::part_tokens where set, and on a driver
+  // that ends an invocation's loops after DeviceInfo::max_loop_iterations, what the family's passes
+  // stay within (Family::loop_iterations_per_token).
+  int part_cap(int T) const;
   // Whether nb windows of nt tokens fit one storage binding.
   bool fits_range(int nb, int nt) const;
   // The tokens of a window's run where a window of T (or more than cap) does not fit: the longest

@@ -56,8 +56,15 @@ int LayerImpl::run_tokens(int T, int cap) const {
   return runs * q;
 }
 
+int LayerImpl::part_cap(int T) const {
+  std::int64_t cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
+  if (const std::uint64_t limit = dev.info().max_loop_iterations)
+    cap = std::min<std::int64_t>(cap, std::int64_t(limit / std::uint64_t(family->loop_iterations_per_token())));
+  return int(std::max<std::int64_t>(cap, 1));
+}
+
 std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
-  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : T;
+  const int cap = part_cap(T);
   if (T <= cap && fits_range(B, T)) return {Part{0, B, 0, T, 0, true, true}};
   std::vector<Part> plan;
   if (T <= cap && fits_range(1, T)) {  // groups of whole windows: the most that fit
@@ -73,7 +80,7 @@ std::vector<Part> LayerImpl::plan_parts(int B, int T) const {
 std::vector<Part> LayerImpl::plan_sequences(const std::vector<std::int64_t>& cu) const {
   const int longest = int(std::ranges::max(std::views::iota(std::size_t(1), cu.size()) |
                                            std::views::transform([&](std::size_t i) { return cu[i] - cu[i - 1]; })));
-  const int cap = cfg.part_tokens > 0 ? cfg.part_tokens : longest;
+  const int cap = part_cap(longest);
   const int nt = longest <= cap && fits_range(1, longest) ? longest : run_tokens(longest, cap);
   std::vector<Part> plan;
   for (std::size_t n = 0; n + 1 < cu.size(); ++n) add_runs(plan, 0, int(n), int(cu[n]), int(cu[n + 1]), nt);

@@ -29,6 +29,9 @@ struct DeviceInfo {
   std::uint32_t max_workgroup_invocations = 0;
   std::uint32_t max_storage_buffers_per_stage = 0;  // maxPerStageDescriptorStorageBuffers
   double timestamp_period_ns = 0;    // 0: no timestamps on the compute queue
+  /// The loop iterations one shader invocation may make in all, where the driver stops its loops
+  /// beyond them (llvmpipe: 65535, its loop limiter), else 0 (no such limit).
+  std::uint64_t max_loop_iterations = 0;
   std::vector<std::uint64_t> device_local_heaps;  // bytes per device-local heap
   /// An adopted device (Context::adopt): the features gdn uses that the device has but was created
   /// without (ExternalDevice), as they are then off: "subgroupSizeControl", "cooperativeMatrix".

@@ -77,6 +77,7 @@ struct Config {
                                  // window with the state carried between them: docs/spec.md, "Long
                                  // calls"); > 0: also windows longer than this many tokens (rounded
                                  // down to a multiple of the checkpoint interval). 0: only where needed
+                                 // (and on a driver that limits loop iterations, docs/spec.md)
 
   // C: q heads | k heads | v heads; nv * D. In 64 bits: exact for any int nv, nk.
   std::int64_t channels() const { return (2 * std::int64_t(nk) + nv) * kHeadDim; }

@@ -163,6 +163,9 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
       o << (k ? ", " : "") << bytes_str(d.device_local_heaps[k]);
     o << '\n';
   }
+  if (d.max_loop_iterations > 0)
+    row("loop iterations") << "at most " << d.max_loop_iterations
+                           << " per invocation (the driver's limit: longer windows run as parts)\n";
   if (d.timestamp_period_ns > 0)
     row("timestamps") << "yes (period " << d.timestamp_period_ns << " ns)\n";
   else

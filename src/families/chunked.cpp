@@ -24,6 +24,9 @@ class Chunked final : public ColumnSplitFamily {
 
   // The chunk length is a pipeline constant: a window shorter than it is one partial chunk.
   int interval(int) const override { return cfg_.checkpoint_interval; }
+  // llvmpipe: the forward's passes end after 21845 tokens of a window (3 a token) at intervals 16 and
+  // 32, the backward's stay within 20000 at intervals 1 to 16
+  int loop_iterations_per_token() const override { return 5; }
 
   enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {

@@ -36,6 +36,8 @@ class ChunkedMatrix final : public Family {
   }
 
   int interval(int) const override { return int(kChunk); }
+  // (no driver that limits loops has the matrix units) the CUDA-core chunked family's bound
+  int loop_iterations_per_token() const override { return 5; }
   // v: only the forward reads it (the backward reads X in its place), so no tape keeps it
   std::vector<BufferDecl> scratch_buffers(int B, int T) const override {
     return {{"v (conv output)", std::size_t(B) * T * cfg_.nv * kD}};

@@ -71,6 +71,11 @@ class Family {
   virtual ~Family() = default;
   /// The segment (chunk) length its passes take for windows of T tokens.
   virtual int interval(int T) const = 0;
+  /// A bound on the loop iterations a token of a window costs one invocation of its passes (forward
+  /// or backward, at any interval it takes; measured on llvmpipe, with a margin): on a driver that
+  /// ends an invocation's loops after DeviceInfo::max_loop_iterations in all, the layer runs at most
+  /// that many over this many tokens of a window as one part.
+  virtual int loop_iterations_per_token() const = 0;
   /// What one forward of B windows of T tokens writes (`keep`: for a backward, a tape's).
   virtual std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const = 0;
   /// What one backward of (B, T) needs beyond its tape.

@@ -17,6 +17,9 @@ class PerHead final : public Family {
 
   // An interval longer than the window is the window: one segment, and scratch for T states only.
   int interval(int T) const override { return std::min(cfg_.checkpoint_interval, T); }
+  // llvmpipe: the forward's rec_fwd ends after 7282 tokens of a window (9 a token), the backward's
+  // rec_bwd after 2300 to 2419 (27 to 28.5 a token) at intervals 4 to 64
+  int loop_iterations_per_token() const override { return 40; }
 
   enum Fwd { kY, kQkn, kNq, kGates, kO, kInv, kCk };
   std::vector<BufferDecl> forward_buffers(int B, int T, bool keep) const override {

@@ -112,6 +112,9 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   pd.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*pd),
                                                      reinterpret_cast<VkPhysicalDeviceProperties2*>(&p2));
   info.driver = std::string(drv.driverName.data()) + " " + drv.driverInfo.data();
+  // llvmpipe ends every loop of an invocation once it has made 65535 iterations in all (gallivm's
+  // LP_MAX_TGSI_LOOP_ITERATIONS), silently: the rest of the invocation's work is not done.
+  if (drv.driverID == vk::DriverId::eMesaLlvmpipe) info.max_loop_iterations = 65535;
   info.subgroup_size = sg.subgroupSize;
   info.min_subgroup_size = v13 ? sgc.minSubgroupSize : sg.subgroupSize;
   info.max_subgroup_size = v13 ? sgc.maxSubgroupSize : sg.subgroupSize;
