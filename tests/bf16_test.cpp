@@ -30,6 +30,15 @@ std::vector<double> rounded(const std::vector<double>& v) {
   return r;
 }
 
+// The bfloat16 output streams against the reference's, rounded once.
+void expect_streams_close(const Tensor& out, const DeviceGrads& g, const Expected& want) {
+  expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
+  expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
+  expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
+  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+  expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+}
+
 TEST(Bf16, HostRoundingIsToNearestEven) {
   EXPECT_EQ(to_bfloat16(1.0f), 0x3F80);
   EXPECT_EQ(to_bfloat16(-2.0f), 0xC000);
@@ -107,13 +116,9 @@ TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
   for (const Tensor* t : {&g.dconv, &g.da_log, &g.ddt_bias, &g.dnorm, &g.dconv_state})
     EXPECT_EQ(t->dtype(), DType::Float32) << t->name();
   std::printf("[gdn] %s, B %d, T %d, bfloat16 streams:\n", GetParam().name, B, T);
-  expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
+  expect_streams_close(out, g, want);
   expect_close("ht", carry.ht.download(), want.ht, kTolerance);
   expect_close("conv_state out", carry.conv_state.download(), want.conv_state_out, 0);  // qkv's rows, widened
-  expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
-  expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
-  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
-  expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
   expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);
   expect_close("da_log", g.da_log.download(), want.da_log, kTolerance);
   expect_close("ddt_bias", g.ddt_bias.download(), want.ddt_bias, kTolerance);
@@ -204,11 +209,7 @@ TEST_P(Bf16, AtTrainingScales) {
     DeviceGrads g;
     layer.backward(tape, tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
     std::printf("[gdn] %s, bfloat16 streams, %s:\n", GetParam().name, c.what);
-    expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
-    expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
-    expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
-    expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
-    expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+    expect_streams_close(out, g, want);
     expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);
     expect_close("dnorm", g.dnorm.download(), want.dnorm, kTolerance);
     expect_close("da_log", g.da_log.download(), want.da_log, kTolerance);

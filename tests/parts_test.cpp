@@ -22,6 +22,16 @@ bool ran_as_parts(const Tape& tape) {
 
 std::vector<double> wide(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// The output and the input and norm gradients of a long call against the reference.
+void expect_outputs_close(const std::vector<float>& out, const HostGrads& g, const Expected& want) {
+  expect_close("out", out, want.out, kTolerance);
+  expect_close("dqkv", g.dqkv, want.dqkv, kTolerance);
+  expect_close("dz", g.dz, want.dz, kTolerance);
+  expect_close("da", g.da, want.da, kTolerance);
+  expect_close("db", g.db, want.db, kTolerance);
+  expect_close("dnorm", g.dnorm, want.dnorm, kTolerance);
+}
+
 class Parts : public DeviceTest, public ::testing::WithParamInterface<Family> {
  protected:
   Config config(int part_tokens) const {
@@ -156,12 +166,7 @@ TEST_P(Parts, WindowsPastTheDriversLoopLimitMatchTheReference) {
   const HostGrads g = layer.backward(tape, x.dout);
   std::printf("[gdn] %s, T %d (%s), against the reference:\n", GetParam().name, T,
               limit ? "parts within the driver's loop limit" : "one call");
-  expect_close("out", out, want.out, kTolerance);
-  expect_close("dqkv", g.dqkv, want.dqkv, kTolerance);
-  expect_close("dz", g.dz, want.dz, kTolerance);
-  expect_close("da", g.da, want.da, kTolerance);
-  expect_close("db", g.db, want.db, kTolerance);
-  expect_close("dnorm", g.dnorm, want.dnorm, kTolerance);
+  expect_outputs_close(out, g, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Parts, ::testing::ValuesIn(kFamilies), family_name);
@@ -185,12 +190,7 @@ TEST_F(DeviceTest, CallsOverTheBindingRangeRunAsParts) {
     const HostGrads g = layer.backward(tape, x.dout);
     std::printf("[gdn] subgroup, B %d, T %d, %s:\n", sh.B, sh.T,
                 ran_as_parts(tape) ? "run as parts" : "one call (the device's binding range holds it)");
-    expect_close("out", out, want.out, kTolerance);
-    expect_close("dqkv", g.dqkv, want.dqkv, kTolerance);
-    expect_close("dz", g.dz, want.dz, kTolerance);
-    expect_close("da", g.da, want.da, kTolerance);
-    expect_close("db", g.db, want.db, kTolerance);
-    expect_close("dnorm", g.dnorm, want.dnorm, kTolerance);
+    expect_outputs_close(out, g, want);
   }
 }
 
