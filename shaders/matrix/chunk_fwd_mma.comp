@@ -72,8 +72,8 @@ void fetch_v(Chunk k, uint lane, uint col0, out vec4 x[2]) {
   }
 }
 
-// The layer's output rows of chunk k from its O rows (the lane's o8, z as FETCH_STREAM loaded it) once every subgroup's row
-// sums of O^2 are in row_part.
+// The layer's output rows of chunk k from its O rows (the lane's o8; z as FETCH_STREAM loaded it)
+// once every subgroup's row sums of O^2 are in row_part.
 void put_output(Chunk k, vec4 o8[2], vec4 z[2], vec4 nw, uint col0, uint lane, uint sg) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e);
