@@ -50,7 +50,8 @@ inline void expect_f32(const char* tensor, const Tensor& t) {
 
 /// A part of a call that runs as several (windows b0 .. b0+nb-1, tokens t0 .. t0+nt-1 of each; nb > 1
 /// only with whole windows): its buffers fit one storage binding where the whole call's do not, or
-/// it is (a run of) one sequence of a packed call. Its windows' states are rows s0 .. s0+nb-1 of the
+/// it is (a run of) one sequence of a packed call, or nb consecutive sequences of nt tokens each
+/// (rows t0 .. t0 + nb nt - 1 of the packed stream). Its windows' states are rows s0 .. s0+nb-1 of the
 /// call's states; `first`: it starts them (from h0 and conv_state, else zero), else it continues the
 /// part before it; `last`: it ends them (into the carry), else the part after it continues.
 struct Part {
@@ -486,7 +487,8 @@ struct LayerImpl {
   // The tokens of a window's run where a window of T (or more than cap) does not fit: the longest
   // multiple of the interval that does.
   int run_tokens(int T, int cap) const;
-  // The parts of a packed call: each sequence one part, or runs of its tokens where it does not fit.
+  // The parts of a packed call: each sequence one part, or runs of its tokens where it does not fit;
+  // consecutive sequences of one length one part of as many windows as fit.
   std::vector<Part> plan_sequences(const std::vector<std::int64_t>& cu) const;
   void forward_parts(const DeviceInputs& in, const Tensor& out, Tape* tape, DeviceCarry* carry,
                      const std::vector<Part>& plan);

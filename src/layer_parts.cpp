@@ -83,7 +83,20 @@ std::vector<Part> LayerImpl::plan_sequences(const std::vector<std::int64_t>& cu)
   const int cap = part_cap(longest);
   const int nt = longest <= cap && fits_range(1, longest) ? longest : run_tokens(longest, cap);
   std::vector<Part> plan;
-  for (std::size_t n = 0; n + 1 < cu.size(); ++n) add_runs(plan, 0, int(n), int(cu[n]), int(cu[n + 1]), nt);
+  for (std::size_t n = 0; n + 1 < cu.size();) {
+    const int t0 = int(cu[n]), L = int(cu[n + 1] - cu[n]);
+    if (L > nt) {
+      add_runs(plan, 0, int(n), t0, t0 + L, nt);
+      ++n;
+      continue;
+    }
+    // Consecutive sequences of one length are consecutive windows of L rows: one part of as many as
+    // fit one binding, run as a call of B of them.
+    std::size_t g = 1;
+    while (n + g + 1 < cu.size() && cu[n + g + 1] - cu[n + g] == L && fits_range(int(g) + 1, L)) ++g;
+    plan.push_back({0, int(g), t0, L, int(n), true, true});
+    n += g;
+  }
   return plan;
 }
 

@@ -107,6 +107,24 @@ TEST_P(Packed, MoreSequencesThanLanes) {
   std::printf("[gdn] %s: 40 sequences of 1 .. 63 tokens packed, each as alone\n", GetParam().name);
 }
 
+// Consecutive sequences of one length (3 x 16, 2 x 5, 2 x 33, 1, 2 x 40) run as one part of as many
+// windows each: five parts for ten sequences, each sequence as alone.
+TEST_P(Packed, RunsOfOneLengthRunAsWindows) {
+  const Config cfg = config();
+  Layer layer(context(), cfg, random_params(cfg, 4));
+  std::vector<std::int64_t> cu{0};
+  for (int L : {16, 16, 16, 5, 5, 33, 33, 1, 40, 40}) cu.push_back(cu.back() + L);
+  packed_equals_alone(layer, cfg, cu);
+  const int T = int(cu.back());
+  const Batch x = random_batch(cfg, 1, T, 96);
+  Tape tape;
+  (void)layer.forward(1, T, {.qkv = x.qkv, .z = x.z, .a = x.a, .b = x.b, .cu_seqlens = cu}, &tape);
+  int parts = 0;
+  for (const auto& [name, bytes] : tape.buffers()) parts += name == "a (part)";
+  EXPECT_EQ(parts, 5) << "parts of the tape (one per run of one length)";
+  std::printf("[gdn] %s: 10 sequences in 5 runs of one length packed, each as alone\n", GetParam().name);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Packed, ::testing::ValuesIn(kFamilies), family_name);
 
 // Bad offsets, refused before anything runs, naming the index; states of N rows.
