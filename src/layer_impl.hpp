@@ -73,6 +73,7 @@ struct TapeState {
   std::vector<Part> parts;
   std::vector<std::shared_ptr<TapeState>> part_tapes;
   std::vector<Tensor> owned;
+  std::shared_ptr<const void> slabs;  // a part's: the allocations its own buffers are ranges of
 
   bool recorded() const { return !fwd.empty() || !part_tapes.empty(); }
 };

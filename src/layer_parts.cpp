@@ -188,6 +188,52 @@ Tensor state_rows(const LayerImpl& m, const Tensor& t, const Part& p, const char
   s[0] = p.nb;
   return m.sub_tensor(t, p.s0 * (t.numel() / t.shape()[0]), s, name);
 }
+
+// A call's parts' own buffers (copies of a and b, the states between parts, with a tape their forward
+// buffers) as ranges of a few allocations, not one each: a packed call of thousands of sequences
+// would make thousands (a driver's maxMemoryAllocationCount may be 4096, and each costs time and a
+// page or more). Slabs of up to 256 MiB (a larger buffer has one of its own); ranges start at
+// multiples of 256 bytes, the largest minStorageBufferOffsetAlignment a device may have.
+class PartSlabs {
+ public:
+  // A range of `bytes` (its id); every range is reserved before allocate().
+  std::size_t reserve(std::size_t bytes) {
+    const std::size_t n = (std::max<std::size_t>(bytes, 4) + kAlign - 1) / kAlign * kAlign;
+    if (used_.empty() || used_.back() + n > kSlab) used_.push_back(0);
+    at_.push_back({used_.size() - 1, used_.back()});
+    used_.back() += n;
+    return at_.size() - 1;
+  }
+  void allocate(std::shared_ptr<Context> ctx) {
+    ctx_ = std::move(ctx);
+    for (std::size_t i = 0; i < used_.size(); ++i)
+      slabs_.emplace_back(ctx_, std::vector<std::int64_t>{std::int64_t(used_[i] / 4)}, "parts' buffers");
+  }
+  Tensor tensor(std::size_t id, std::vector<std::int64_t> shape, const std::string& name, DType dtype) const {
+    const Tensor& slab = slabs_[at_[id].slab];
+    return Tensor::wrap(ctx_, slab.vk_buffer(), slab.vk_offset() + at_[id].offset, std::move(shape), name, dtype);
+  }
+  std::unique_ptr<gpu::Buffer> buffer(gpu::Device& dev, std::size_t id, const std::string& name, std::size_t bytes) const {
+    const Tensor& slab = slabs_[at_[id].slab];
+    return dev.borrow_buffer(name, reinterpret_cast<VkBuffer>(slab.vk_buffer()), slab.vk_offset() + at_[id].offset,
+                             std::max<std::size_t>(bytes, 4), true);
+  }
+
+ private:
+  static constexpr std::size_t kAlign = 256, kSlab = std::size_t(256) << 20;
+  struct At {
+    std::size_t slab, offset;
+  };
+  std::vector<std::size_t> used_;  // bytes of each slab
+  std::vector<At> at_;
+  std::shared_ptr<Context> ctx_;
+  std::vector<Tensor> slabs_;
+};
+std::size_t tensor_bytes(const std::vector<std::int64_t>& shape, DType dtype) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= std::size_t(d);
+  return (n * dtype_bytes(dtype) + 3) / 4 * 4;
+}
 }  // namespace
 
 // Forward: each part from its inputs (views of the call's rows; a and b copied, their rows need not
@@ -215,6 +261,29 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
                      old->part_tapes[0]->inputs.a.dtype() == in.a.dtype() &&
                      old->part_tapes[0]->inputs.b.dtype() == in.b.dtype();
   if (old && old->recorded() && !reuse) refuse_if_outstanding(big.nb, big.nt);  // its buffers go
+  // the parts' own buffers: ranges of PartSlabs, reserved for every part, then allocated
+  auto slabs = std::make_shared<PartSlabs>();
+  struct Ranges {
+    std::size_t a = 0, b = 0, h0 = 0, conv = 0;
+    std::vector<std::size_t> fwd;
+  };
+  std::vector<Ranges> ranges(reuse ? 0 : plan.size());
+  std::vector<std::vector<BufferDecl>> decls(plan.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const Part& p = plan[i];
+    Ranges& g = ranges[i];
+    g.a = slabs->reserve(tensor_bytes(part_shape(in.a, p), in.a.dtype()));
+    g.b = slabs->reserve(tensor_bytes(part_shape(in.b, p), in.b.dtype()));
+    if (!p.first) {
+      g.h0 = slabs->reserve(tensor_bytes(state_shape(1), DType::Float32));
+      g.conv = slabs->reserve(tensor_bytes(conv_state_shape(1), DType::Float32));
+    }
+    if (tape) {
+      decls[i] = family->forward_buffers(p.nb, p.nt, true);
+      for (const BufferDecl& d : decls[i]) g.fwd.push_back(slabs->reserve(d.floats * kF));
+    }
+  }
+  if (!reuse) slabs->allocate(ctx);
   std::vector<std::shared_ptr<TapeState>> parts;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const Part& p = plan[i];
@@ -226,21 +295,30 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
     pin.qkv = rows(in.qkv, p);
     pin.z = rows(in.z, p);
     if (!reuse) {
-      pin.a = Tensor(ctx, part_shape(in.a, p), "a (part)", in.a.dtype());
-      pin.b = Tensor(ctx, part_shape(in.b, p), "b (part)", in.b.dtype());
+      const Ranges& g = ranges[i];
+      pt->slabs = slabs;
+      pin.a = slabs->tensor(g.a, part_shape(in.a, p), "a (part)", in.a.dtype());
+      pin.b = slabs->tensor(g.b, part_shape(in.b, p), "b (part)", in.b.dtype());
       pt->owned = {pin.a, pin.b};
       if (!p.first) {  // the state the part before leaves
-        pin.h0 = Tensor(ctx, state_shape(1), "state between parts");
-        pin.conv_state = Tensor(ctx, conv_state_shape(1), "conv state between parts");
+        pin.h0 = slabs->tensor(g.h0, state_shape(1), "state between parts", DType::Float32);
+        pin.conv_state = slabs->tensor(g.conv, conv_state_shape(1), "conv state between parts", DType::Float32);
         pt->owned.push_back(pin.h0);
         pt->owned.push_back(pin.conv_state);
+      }
+      if (tape) {
+        pt->fwd = BufferSet{};
+        pt->fwd.B = p.nb;
+        pt->fwd.T = p.nt;
+        pt->fwd.keep = pt->fwd.made = true;
+        for (std::size_t d = 0; d < decls[i].size(); ++d)
+          pt->fwd.buffers.push_back(slabs->buffer(dev, g.fwd[d], decls[i][d].name, decls[i][d].floats * kF));
       }
     }
     if (p.first) {
       pin.h0 = windows(in.h0, p, "h0");
       pin.conv_state = windows(in.conv_state, p, "conv_state");
     }
-    if (tape) ensure(pt->fwd, p.nb, p.nt, true, [&] { return family->forward_buffers(p.nb, p.nt, true); });
     parts.push_back(std::move(pt));
   }
   if (!tape)  // the parts live until the work is done
