@@ -271,12 +271,13 @@ struct LayerImpl {
   }
 
   // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,
-  // K, C]; param_part's per group of rows, [groups, D].
+  // K, C]; param_part's per group of rows, [groups, D] (one float where the family leaves dnorm's).
   std::vector<BufferDecl> param_buffers(int B, int T) const {
     const std::size_t blocks = std::size_t(B) * ((T + kConvBwdTokens - 1) / kConvBwdTokens);
-    const std::size_t groups = (std::size_t(B) * T * cfg.nv + kParamRows - 1) / kParamRows;
+    const std::size_t groups =
+        family->leaves_dnorm_parts() ? 0 : (std::size_t(B) * T * cfg.nv + kParamRows - 1) / kParamRows;
     return {{"dconv per block", blocks * cfg.conv_taps * std::size_t(cfg.channels())},
-            {"dnorm per group of rows", groups * kHeadDim}};
+            {"dnorm per group of rows", std::max<std::size_t>(groups * kHeadDim, 1)}};
   }
 
   // dnorm from the tape's o and 1/rms with z and dout; dconv from conv_bwd's blocks; ddt_bias and

@@ -88,6 +88,7 @@ class ChunkedMatrix final : public Family {
   DnormParts dnorm_parts(const BufferSet& w) const override {
     return {&w[kDnorm], std::uint64_t(w.B) * cfg_.nv * chunks(w.T)};
   }
+  bool leaves_dnorm_parts() const override { return true; }
 
   // z, out, dout, dz in the serial passes (the norm's), a and b in chunk_prep_fwd (the gates')
   std::uint32_t bf16_streams() const override {

@@ -105,6 +105,8 @@ class Family {
     std::uint64_t groups = 0;
   };
   virtual DnormParts dnorm_parts(const BufferSet&) const { return {}; }
+  /// Whether dnorm_parts names its backward's (then the layer holds no param_part buffer).
+  virtual bool leaves_dnorm_parts() const { return false; }
 
   /// The boundary streams whose bfloat16 storage its passes read or write themselves (kBf16* bits;
   /// qkv and dqkv: the common conv kernels'). The layer widens its other bfloat16 streams into float32
