@@ -87,9 +87,7 @@ std::string shape_str(std::span<const std::int64_t> shape) {
   return s + "]";
 }
 
-namespace {
-// The elements of `shape`, refusing a dimension < 1 or a size whose bytes overflow.
-std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const std::string& name) {
+std::int64_t detail::checked_numel(const std::vector<std::int64_t>& shape, const std::string& name) {
   std::int64_t n = 1;
   for (auto d : shape) {
     if (d <= 0) throw std::invalid_argument("tensor '" + name + "': shape " + shape_str(shape) + " has a dimension < 1");
@@ -99,16 +97,12 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const std::st
   }
   return n;
 }
-}  // namespace
 
 const char* to_string(DType d) { return d == DType::BFloat16 ? "bfloat16" : "float32"; }
 
-namespace {
-// Device bytes of n elements of d: bfloat16 pairs are 4-byte words (the kernels' unit).
-std::size_t storage_bytes(std::int64_t n, DType d) {
+std::size_t detail::storage_bytes(std::int64_t n, DType d) {
   return d == DType::BFloat16 ? (std::size_t(n) * 2 + 3) / 4 * 4 : std::size_t(n) * 4;
 }
-}  // namespace
 
 namespace {
 // A tensor's storage with its buffer from make(bytes) (allocated or borrowed).
@@ -116,12 +110,12 @@ template <class Make>
 std::shared_ptr<detail::TensorStorage> make_storage(std::shared_ptr<Context> ctx, std::vector<std::int64_t> shape,
                                                     const std::string& name, DType dtype, Make&& make) {
   if (!ctx) throw std::invalid_argument("tensor '" + name + "': no context");
-  const std::int64_t n = checked_numel(shape, name);
+  const std::int64_t n = detail::checked_numel(shape, name);
   auto st = std::make_shared<detail::TensorStorage>();
   st->ctx = std::move(ctx);
   st->shape = std::move(shape);
   st->dtype = dtype;
-  st->buffer = make(detail::device_of(*st->ctx), storage_bytes(n, dtype));
+  st->buffer = make(detail::device_of(*st->ctx), detail::storage_bytes(n, dtype));
   return st;
 }
 }  // namespace

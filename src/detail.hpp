@@ -33,4 +33,9 @@ struct Access {
 inline gpu::Device& device_of(Context& c) { return Access::impl(c).device; }
 inline TensorStorage& storage_of(const Tensor& t) { return Access::storage(t); }
 
+/// The elements of `shape`, refusing a dimension < 1 or a size whose bytes overflow (naming tensor `name`).
+std::int64_t checked_numel(const std::vector<std::int64_t>& shape, const std::string& name);
+/// Device bytes of n elements of d: bfloat16 pairs are 4-byte words (the kernels' unit).
+std::size_t storage_bytes(std::int64_t n, DType d);
+
 }  // namespace gdn::detail

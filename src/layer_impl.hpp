@@ -226,9 +226,7 @@ struct LayerImpl {
   // is refused while such work is outstanding).
   void grow(Tensor& slot, const std::vector<std::int64_t>& shape, const std::string& name, std::int64_t B,
             std::int64_t T) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    if (!slot.empty() && slot.numel() >= n) return;
+    if (!slot.empty() && slot.numel() >= checked_numel(shape, name)) return;
     if (!slot.empty()) {
       refuse_if_outstanding(B, T);
       retired.push_back(std::make_shared<Tensor>(slot));

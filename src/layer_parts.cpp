@@ -230,9 +230,7 @@ class PartSlabs {
   std::vector<Tensor> slabs_;
 };
 std::size_t tensor_bytes(const std::vector<std::int64_t>& shape, DType dtype) {
-  std::size_t n = 1;
-  for (auto d : shape) n *= std::size_t(d);
-  return (n * dtype_bytes(dtype) + 3) / 4 * 4;
+  return storage_bytes(checked_numel(shape, "part"), dtype);
 }
 }  // namespace
 
@@ -268,7 +266,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
     std::vector<std::size_t> fwd;
   };
   std::vector<Ranges> ranges(reuse ? 0 : plan.size());
-  std::vector<std::vector<BufferDecl>> decls(plan.size());
+  std::vector<std::vector<BufferDecl>> decls(ranges.size());
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     const Part& p = plan[i];
     Ranges& g = ranges[i];
