@@ -39,8 +39,8 @@ CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
           .conv_state_out = make_pipeline<bindings::conv_state_out>(dev)};
 }
 
-CastKernels build_casts(gpu::Device& dev) {
-  return {.to_f32 = make_pipeline<bindings::to_f32>(dev), .to_bf16 = make_pipeline<bindings::to_bf16>(dev)};
+std::shared_ptr<gpu::Pipeline> build_to_bf16(gpu::Device& dev) {
+  return make_pipeline<bindings::to_bf16>(dev);
 }
 
 SubgroupChoice choose_subgroup_size(const DeviceInfo& info) {

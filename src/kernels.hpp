@@ -31,8 +31,8 @@ struct Push {
   std::uint32_t cs = 0;     // checkpoint interval
   std::uint32_t nseg = 0;   // ceil(T / cs)
   std::uint32_t keep = 0;   // record the tape
-  std::uint32_t flags = 0;  // the carried states a call has (kState*)
-  std::uint32_t n = 0;      // elements of a cast (to_f32, to_bf16)
+  std::uint32_t flags = 0;  // the carried states a call has (kState*), bfloat16 streams (kBf16*)
+  std::uint32_t n = 0;      // elements of a cast (to_bf16), groups of param_sum
   std::uint32_t pad2 = 0;
   float eps = 0;            // rms_eps
   float fpad0 = 0, fpad1 = 0, fpad2 = 0;
@@ -42,12 +42,10 @@ static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block"
 inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
 /// Push::flags of param_sum, as common.glsl's PARAM_ACCUMULATE.
 inline constexpr std::uint32_t kParamAccumulate = 16;
-/// Push::flags of the conv kernels: qkv, dqkv bfloat16 (common.glsl's BF16_QKV, BF16_DQKV).
-inline constexpr std::uint32_t kBf16Qkv = 32, kBf16Dqkv = 64;
-/// The other boundary streams, for a family whose passes read or write them as bfloat16 themselves
-/// (Family::bf16_streams; common.glsl's BF16_Z ..).
-inline constexpr std::uint32_t kBf16Z = 128, kBf16Out = 256, kBf16Dout = 512, kBf16Dz = 1024, kBf16A = 2048,
-                               kBf16B = 4096;
+/// The boundary streams that are bfloat16, which the passes read and write as such (common.glsl's
+/// BF16_QKV ..): Push::flags, and the matrix-unit passes' specialization constant BF16.
+inline constexpr std::uint32_t kBf16Qkv = 32, kBf16Dqkv = 64, kBf16Z = 128, kBf16Out = 256, kBf16Dout = 512,
+                               kBf16Dz = 1024, kBf16A = 2048, kBf16B = 4096;
 
 /// The device's pipeline for an embedded shader and specialization (built once per device, shared by
 /// layers); its bindings and shared memory are the SPIR-V's own (vk/spirv_reflect.hpp).
@@ -79,12 +77,9 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
 struct CommonKernels {
   std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum, conv_state_out;
 };
-/// The casts of bfloat16 boundary tensors (shaders/common/to_f32.comp, to_bf16.comp), which the layer
-/// records around a family's passes (the families read and write float32).
-struct CastKernels {
-  std::shared_ptr<gpu::Pipeline> to_f32, to_bf16;
-};
-CastKernels build_casts(gpu::Device& dev);
+/// The rounding of a float32 stand-in into a bfloat16 tensor (shaders/common/to_bf16.comp): the
+/// layer's for da and db, which param_sum reads as float32.
+std::shared_ptr<gpu::Pipeline> build_to_bf16(gpu::Device& dev);
 /// The conv kernels are specialised for `conv_taps` taps.
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).

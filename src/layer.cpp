@@ -75,8 +75,7 @@ std::size_t Layer::workspace_bytes() const {
   std::size_t n = 0;
   for (const auto& w : m.work) {
     n += w.scratch_fwd.bytes() + w.bwd.bytes() + w.param_work.bytes() + w.family_scratch.bytes();
-    for (const Tensor* t : {&w.f32.z, &w.f32.a, &w.f32.b, &w.f32.out, &w.f32.dout, &w.f32.dz, &w.f32.da, &w.f32.db})
-      n += t->bytes();
+    n += w.da32.bytes() + w.db32.bytes();
   }
   for (const Tensor* t : {&m.lane_sums, &m.conv, &m.a_log, &m.dt_bias, &m.norm, &m.host_in.qkv, &m.host_in.z, &m.host_in.a,
                           &m.host_in.b, &m.host_out, &m.host_dout, &m.host_grads.dqkv, &m.host_grads.dz,

@@ -37,35 +37,25 @@ void LayerImpl::record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, 
 
 void LayerImpl::record_forward_part(gpu::Recorder& r, Work& w, const DeviceInputs& in, const Tensor& out,
                                     const BufferSet& f, const States& s, const Tensor* conv_state_out) {
-  const DeviceInputs fin = f32_inputs(in, w.f32);
-  const Tensor out32 = f32_of(out, w.f32.out, kBf16Out);
   States sb = s;
-  if (in.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
-  record_widen(r, in, fin);
-  family->record_forward(r, fin, out32, f, w.family_scratch, sb);
+  sb.flags |= bf16_bits({{in.qkv, kBf16Qkv}, {in.z, kBf16Z}, {in.a, kBf16A}, {in.b, kBf16B}, {out, kBf16Out}});
+  family->record_forward(r, in, out, f, w.family_scratch, sb);
   if (conv_state_out) {
-    record_conv_state_out(r, fin, *conv_state_out, f.B, f.T);
+    record_conv_state_out(r, in, *conv_state_out, f.B, f.T);
     r.mark("conv_state_out");
   }
-  record_cast(r, out32, out, "out");
 }
 
 void LayerImpl::record_backward_part(gpu::Recorder& r, Work& w, const TapeState& st, const Tensor& dout,
                                      const DeviceGrads& g, const States& s, bool accumulate) {
-  const DeviceInputs fin = f32_inputs(st.inputs, w.f32);
-  const Tensor dout32 = f32_of(dout, w.f32.dout, kBf16Dout);
-  DeviceGrads g32 = g;  // dqkv as it is: conv_bwd stores bfloat16 itself (kBf16Dqkv)
-  g32.dz = f32_of(g.dz, w.f32.dz, kBf16Dz);
-  g32.da = f32_of(g.da, w.f32.da, 0);  // param_sum reads da: float32
-  g32.db = f32_of(g.db, w.f32.db, 0);
-  record_widen(r, st.inputs, fin);
-  record_cast(r, dout, dout32, "dout");
+  const DeviceInputs& in = st.inputs;
+  DeviceGrads g32 = g;  // da and db through float32 stand-ins: param_sum reads da as float32
+  g32.da = f32_of(g.da, w.da32);
+  g32.db = f32_of(g.db, w.db32);
   States sb = s;
-  if (fin.qkv.dtype() == DType::BFloat16) sb.flags |= kBf16Qkv;
-  if (g.dqkv.dtype() == DType::BFloat16) sb.flags |= kBf16Dqkv;
-  family->record_backward(r, fin, st.fwd, dout32, g32, w.bwd, w.param_work[0], sb);
-  if (cfg.param_grads) record_param_grads(r, w, st, fin.z, dout32, g32, accumulate);
-  record_cast(r, g32.dz, g.dz, "dz");
+  sb.flags |= bf16_bits({{in.qkv, kBf16Qkv}, {in.z, kBf16Z}, {dout, kBf16Dout}, {g.dqkv, kBf16Dqkv}, {g.dz, kBf16Dz}});
+  family->record_backward(r, in, st.fwd, dout, g32, w.bwd, w.param_work[0], sb);
+  if (cfg.param_grads) record_param_grads(r, w, st, in.z, dout, g32, accumulate);
   record_cast(r, g32.da, g.da, "da");
   record_cast(r, g32.db, g.db, "db");
 }
@@ -77,11 +67,10 @@ void LayerImpl::record_param_grads(gpu::Recorder& r, const Work& w, const TapeSt
   const BufferSet& param_work = w.param_work;
   Push pc = family->push(cfg, st.fwd.B, st.fwd.T, true, States{});
   if (accumulate) pc.flags |= kParamAccumulate;
+  pc.flags |= bf16_bits({{z, kBf16Z}, {dout, kBf16Dout}});
   // dnorm's groups of rows: the family's backward's, else param_part's
   Family::DnormParts dn = family->dnorm_parts(w.bwd);
   if (!dn.buffer) {
-    if (z.dtype() != DType::Float32 || dout.dtype() != DType::Float32)
-      throw std::logic_error("param_part reads z and dout as float32: a family that reads them as bfloat16 leaves dnorm's parts");
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
     dn = {&param_work[1], (rows + kParamRows - 1) / kParamRows};
     r.dispatch(*k.param_part,

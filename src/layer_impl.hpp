@@ -85,12 +85,6 @@ struct LayerImpl {
   std::uint64_t id = next_layer_id();
   Tensor conv, a_log, dt_bias, norm;
   std::unique_ptr<Family> family;
-  // A bfloat16 stream that the family does not read or write itself (Family::bf16_streams) is widened
-  // into a float32 stand-in before its passes, or stored from one after them
-  // (shaders/common/to_f32.comp, to_bf16.comp).
-  struct StandIns {
-    Tensor z, a, b, out, dout, dz, da, db;
-  };
   // What one run of the family's passes writes beside its tape and the call's tensors, kept between
   // calls of one shape: work[0], and one more set for each further lane where a packed call's
   // sequences run side by side (layer_parts.cpp).
@@ -99,7 +93,9 @@ struct LayerImpl {
     BufferSet bwd;             // the backward's workspace
     BufferSet param_work;      // the parameter-gradient passes' partial sums (conv_bwd's, param_part's)
     BufferSet family_scratch;  // the family's scratch_buffers
-    StandIns f32;              // float32 stand-ins of bfloat16 streams
+    // float32 stand-ins of bfloat16 da and db, rounded after the backward (shaders/common/to_bf16.comp):
+    // param_sum reads da as float32. (Every other bfloat16 stream is read or written by the passes.)
+    Tensor da32, db32;
   };
   std::vector<Work> work = std::vector<Work>(1);
   // Each lane's parameters' gradients over its sequences, [lanes][...] (layer_parts.cpp), and the
@@ -209,15 +205,14 @@ struct LayerImpl {
                     "(after its command buffer has completed) first");
   }
 
-  // ---- bfloat16 boundary tensors (Work::f32) ----
-  std::optional<CastKernels> casts;  // built at the first bfloat16 call
+  // ---- bfloat16 da and db (Work::da32, db32) ----
+  std::shared_ptr<gpu::Pipeline> to_bf16;  // built at the first bfloat16 call
 
-  // t where it is float32 (or empty) or where the family takes the stream (kBf16* bit) as bfloat16
-  // itself, else a float32 tensor of t's shape: `slot`, or a view of its first elements where it is
-  // larger.
-  Tensor f32_of(const Tensor& t, Tensor& slot, std::uint32_t stream) {
-    if (t.empty() || t.dtype() == DType::Float32 || (family->bf16_streams() & stream)) return t;
-    if (!casts) casts = build_casts(dev);
+  // t where it is float32 (or empty), else a float32 tensor of t's shape: `slot`, or a view of its
+  // first elements where it is larger.
+  Tensor f32_of(const Tensor& t, Tensor& slot) {
+    if (t.empty() || t.dtype() == DType::Float32) return t;
+    if (!to_bf16) to_bf16 = build_to_bf16(dev);
     grow(slot, t.shape(), t.name() + " (float32)", t.shape()[0], t.shape().size() > 1 ? t.shape()[1] : 1);
     return slot.shape() == t.shape() ? slot : sub_tensor(slot, 0, t.shape(), slot.name());
   }
@@ -239,33 +234,14 @@ struct LayerImpl {
     return Tensor::wrap(ctx, t.vk_buffer(), t.vk_offset() + std::size_t(first) * dtype_bytes(t.dtype()), std::move(shape),
                         name, t.dtype());
   }
-  // Records from -> to where they differ (one of them bfloat16, the other its float32 stand-in).
+  // Rounds the float32 stand-in `from` into bfloat16 `to` where they differ.
   void record_cast(gpu::Recorder& r, const Tensor& from, const Tensor& to, const char* role) const {
     if (storage_of(from).buffer == storage_of(to).buffer) return;
     const std::uint64_t n = std::uint64_t(from.numel()), groups = ((n + 1) / 2 + 255) / 256;
     Push pc;
     pc.n = std::uint32_t(n);
-    if (from.dtype() == DType::BFloat16) {
-      r.dispatch(*casts->to_f32, bindings::to_f32{.src = view(from), .dst = view(to)}, pc, groups);
-      r.mark(std::string("to_f32 ") + role);
-    } else {
-      r.dispatch(*casts->to_bf16, bindings::to_bf16{.src = view(from), .dst = view(to)}, pc, groups);
-      r.mark(std::string("to_bf16 ") + role);
-    }
-  }
-  // The inputs the family reads for `in`: the float32 stand-ins of the bfloat16 streams it does not
-  // read as such (qkv as it is: the conv kernels read bfloat16 qkv themselves, Push::flags kBf16Qkv).
-  DeviceInputs f32_inputs(const DeviceInputs& in, StandIns& f32) {
-    DeviceInputs f = in;
-    f.z = f32_of(in.z, f32.z, kBf16Z);
-    f.a = f32_of(in.a, f32.a, kBf16A);
-    f.b = f32_of(in.b, f32.b, kBf16B);
-    return f;
-  }
-  void record_widen(gpu::Recorder& r, const DeviceInputs& in, const DeviceInputs& f) const {
-    record_cast(r, in.z, f.z, "z");
-    record_cast(r, in.a, f.a, "a");
-    record_cast(r, in.b, f.b, "b");
+    r.dispatch(*to_bf16, bindings::to_bf16{.src = view(from), .dst = view(to)}, pc, groups);
+    r.mark(std::string("to_bf16 ") + role);
   }
 
   // The parameter-gradient passes' partial sums: conv_bwd's per (window, block of tokens), [blocks,

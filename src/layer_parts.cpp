@@ -14,8 +14,8 @@
 namespace gdn::detail {
 
 bool LayerImpl::fits_range(int nb, int nt) const {
-  // every buffer the family declares, the workspaces, the boundary streams' rows (as float32: their
-  // stand-ins) and the states of nb windows of nt tokens, each within one binding's range
+  // every buffer the family declares, the workspaces, the boundary streams' rows (as float32, the
+  // larger of their types) and the states of nb windows of nt tokens, each within one binding's range
   const std::uint64_t range = dev.info().max_storage_buffer_range;
   auto within = [&](const std::vector<BufferDecl>& ds) {
     return std::ranges::all_of(ds, [&](const BufferDecl& d) { return d.floats * kF <= range; });

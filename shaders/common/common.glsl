@@ -15,8 +15,8 @@ layout(push_constant) uniform Push {
   uint cs;      // checkpoint interval (steps per replay segment)
   uint nseg;    // segments per window: ceil(T / cs)
   uint keep;    // 1: record what the backward reads (checkpoints, kv)
-  uint flags;   // the states carried in and out: STATE_* below
-  uint n;       // elements of a cast (to_f32, to_bf16)
+  uint flags;   // the states carried in and out, the bfloat16 streams: STATE_*, BF16_* below
+  uint n;       // elements of a cast (to_bf16), groups of param_sum
   uint pad2;
   float eps;    // rms_eps of the output norm
   float fpad0;
@@ -30,10 +30,11 @@ layout(push_constant) uniform Push {
 #define STATE_CARRY 4u       // forward: write ht; backward: dht given
 #define STATE_DCONV_OUT 8u   // backward: the gradient of the conv state out given
 #define PARAM_ACCUMULATE 16u // param_sum: add to the parameters' gradients (a call run as parts)
-#define BF16_QKV 32u         // qkv is bfloat16 (conv_fwd, conv_bwd read it as uvec2 quads)
-#define BF16_DQKV 64u        // dqkv is bfloat16 (conv_bwd stores it so)
-// The other boundary streams, where a pass reads or writes them as bfloat16 itself (the matrix-unit
-// passes' specialization constant BF16, shaders/matrix/mma.glsl); the host's kBf16* (src/kernels.hpp).
+// The boundary streams that are bfloat16 (the host's kBf16*, src/kernels.hpp): the passes that read or
+// write one take its binding as bfloat16 pairs or quads too. The matrix-unit passes take these bits as
+// their specialization constant BF16 (shaders/matrix/mma.glsl), the others in pc.flags.
+#define BF16_QKV 32u
+#define BF16_DQKV 64u
 #define BF16_Z 128u
 #define BF16_OUT 256u
 #define BF16_DOUT 512u

@@ -8,7 +8,7 @@
 //   dg = <dS_pre, S_{t-1}>; dS = g dS_pre.
 // dq^ and dk^ leave per v-head (dqk); qk_bwd sums the rep heads of a key head. The first segment
 // replays from h0 (STATE_H0) or zero; dS starts at dht (STATE_CARRY) or zero and ends as dh0 (written
-// where h0 was given).
+// where h0 was given). z, dout and dz float32, or bfloat16 (Push::flags BF16_Z, BF16_DOUT, BF16_DZ).
 #include "common.glsl"
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
@@ -17,16 +17,19 @@ layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T
 layout(set = 0, binding = 1) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D]
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]: g, beta, a+dt_bias
 layout(set = 0, binding = 3) readonly buffer Z { float z[]; };          // [B, T, nv*D]
+layout(set = 0, binding = 3) readonly buffer Z2 { uint z_h[]; };        // the same, bfloat16 pairs (BF16_Z)
 layout(set = 0, binding = 4) readonly buffer Norm { float norm_w[]; };  // [D]
 layout(set = 0, binding = 5) readonly buffer O { float o_pre[]; };      // [B, T, nv*D]
 layout(set = 0, binding = 6) readonly buffer Inv { float inv_rms[]; };  // [B, T, nv]
 layout(set = 0, binding = 7) readonly buffer Ck { float ck[]; };        // [B, nv, max(nseg-1,1), D*D]
 layout(set = 0, binding = 8) readonly buffer Dout { float dout[]; };    // [B, T, nv*D]
+layout(set = 0, binding = 8) readonly buffer Dout2 { uint dout_h[]; };  // the same, bfloat16 pairs (BF16_DOUT)
 layout(set = 0, binding = 9) buffer Scr { float scr[]; };               // [B, nv, cs, D*D] replayed S_t
 layout(set = 0, binding = 10) buffer Kvs { float kvs[]; };              // [B, nv, cs, D] replayed kv
 layout(set = 0, binding = 11) writeonly buffer Dqk { float dqk[]; };    // [2][B, T, nv, D] dq^, dk^
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
 layout(set = 0, binding = 13) writeonly buffer Dz { float dz[]; };      // [B, T, nv*D]
+layout(set = 0, binding = 13) writeonly buffer Dz2 { uint dz_h[]; };    // the same, bfloat16 pairs (BF16_DZ)
 layout(set = 0, binding = 14) writeonly buffer Da { float da[]; };      // [B, T, nv]
 layout(set = 0, binding = 15) writeonly buffer Db { float db[]; };      // [B, T, nv]
 layout(set = 0, binding = 16) readonly buffer ALog { float a_log[]; };  // [nv]
@@ -35,6 +38,7 @@ layout(set = 0, binding = 18) readonly buffer Dht { float dht[]; };     // [B, n
 layout(set = 0, binding = 19) writeonly buffer Dh0 { float dh0[]; };    // [B, nv, D, D]
 
 shared float sq[D], sk[D], svc[D], sdo[D], su[D], sdkv[D], sdk[D];
+#include "bf16_row.glsl"
 
 // Element e of the state segment seg starts from: its checkpoint, or for the first h0 (or zero).
 float segment_start(uint seg, uint ck_at, uint bh, uint ty, uint tx, uint e) {
@@ -120,11 +124,15 @@ void main() {
         svc[tid] = y[y_at(bt, h) + tid] - kvs[kvs0 + j * D + tid];  // v - kv
         // gated RMSNorm backward: out = o * inv * w * silu(z)
         o = o_pre[vi];
-        const float zz = z[vi];
-        d = dout[vi];
+        const float zz = has(BF16_Z) ? widen_bf16_at(z_h[vi / 2u], vi) : z[vi];
+        d = has(BF16_DOUT) ? widen_bf16_at(dout_h[vi / 2u], vi) : dout[vi];
         wsz = norm_w[tid] * silu(zz);
         red[tid] = d * wsz * o;
-        dz[vi] = d * o * inv * norm_w[tid] * silu_bwd(zz);
+        const float dzi = d * o * inv * norm_w[tid] * silu_bwd(zz);
+        if (has(BF16_DZ))
+          bf16_row[tid] = dzi;  // stored after the next barrier
+        else
+          dz[vi] = dzi;
       }
       barrier();
       for (uint s2 = D / 2u; s2 > 0u; s2 >>= 1u) {
@@ -133,6 +141,7 @@ void main() {
       }
       const float coef = red[0] / float(D) * inv * inv * inv;
       barrier();
+      if (has(BF16_DZ)) BF16_ROW_STORE(dz_h, vi - tid, tid)
       if (tid < D) {
         sdo[tid] = inv * wsz * d - o * coef;  // do
         su[tid] = beta * svc[tid];            // u

@@ -4,7 +4,8 @@
 //   out = o / sqrt(mean(o^2) + eps) * norm * silu(z)
 // With pc.keep, S is checkpointed at the start of every segment but the first (slot seg-1 holds
 // the state after step seg*cs - 1), for rec_bwd's replay. S starts at h0 (STATE_H0) or zero; with
-// STATE_CARRY the state after the last step goes to ht.
+// STATE_CARRY the state after the last step goes to ht. z and out float32, or bfloat16 (Push::flags
+// BF16_Z, BF16_OUT).
 #include "common.glsl"
 #include "per_head.glsl"
 layout(local_size_x = 256) in;
@@ -13,8 +14,10 @@ layout(set = 0, binding = 0) readonly buffer Y { float y[]; };          // [B, T
 layout(set = 0, binding = 1) readonly buffer Qkn { float qkn[]; };      // [2][B, T, nk, D]
 layout(set = 0, binding = 2) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 3) readonly buffer Z { float z[]; };          // [B, T, nv*D]
+layout(set = 0, binding = 3) readonly buffer Z2 { uint z_h[]; };        // the same, bfloat16 pairs (BF16_Z)
 layout(set = 0, binding = 4) readonly buffer Norm { float norm_w[]; };  // [D]
 layout(set = 0, binding = 5) writeonly buffer Out { float out_[]; };    // [B, T, nv*D]
+layout(set = 0, binding = 5) writeonly buffer Out2 { uint out_h[]; };   // the same, bfloat16 pairs (BF16_OUT)
 layout(set = 0, binding = 6) writeonly buffer O { float o_pre[]; };     // [B, T, nv*D] o before the norm
 layout(set = 0, binding = 7) writeonly buffer Inv { float inv_rms[]; }; // [B, T, nv]
 layout(set = 0, binding = 8) writeonly buffer Ck { float ck[]; };       // [B, nv, max(nseg-1,1), D*D]
@@ -22,6 +25,7 @@ layout(set = 0, binding = 9) readonly buffer H0 { float h0[]; };        // [B, n
 layout(set = 0, binding = 10) writeonly buffer Ht { float ht[]; };      // [B, nv, D, D] (STATE_CARRY)
 
 shared float sq[D], sk[D], sv[D], su[D], so[D];
+#include "bf16_row.glsl"
 
 void main() {
   const uint bh = linear_group();  // b*nv + h
@@ -80,7 +84,12 @@ void main() {
     const float inv = 1.0 / sqrt(so[0] / float(D) + pc.eps);
     const uint vi = bt * pc.nv * D + h * D + tid;
     if (tid < D) {
-      out_[vi] = o * inv * norm_w[tid] * silu(z[vi]);
+      const float zz = has(BF16_Z) ? widen_bf16_at(z_h[vi / 2u], vi) : z[vi];
+      const float y = o * inv * norm_w[tid] * silu(zz);
+      if (has(BF16_OUT))
+        bf16_row[tid] = y;  // stored after the step's last barrier
+      else
+        out_[vi] = y;
       o_pre[vi] = o;
     }
     if (tid == 0u) inv_rms[bt * pc.nv + h] = inv;
@@ -90,6 +99,7 @@ void main() {
       [[unroll]] for (uint e = 0u; e < 64u; ++e) ck[base + e * 256u + tid] = s[e];
     }
     barrier();  // so[0] is read above before the next step's writes
+    if (has(BF16_OUT)) BF16_ROW_STORE(out_h, vi - tid, tid)
   }
   if (has(STATE_CARRY))
     [[unroll]] for (uint e = 0u; e < 64u; ++e) ht[carried_at(bh, ty, tx, e)] = s[e];

@@ -90,11 +90,6 @@ class ChunkedMatrix final : public Family {
   }
   bool leaves_dnorm_parts() const override { return true; }
 
-  // z, out, dout, dz in the serial passes (the norm's), a and b in chunk_prep_fwd (the gates')
-  std::uint32_t bf16_streams() const override {
-    return kBf16Qkv | kBf16Dqkv | kBf16Z | kBf16Out | kBf16Dout | kBf16Dz | kBf16A | kBf16B;
-  }
-
   NormTape norm_tape(const BufferSet& f) const override { return {f[kO], f[kInv], f[kGates]}; }
   const CommonKernels& common_kernels() const override { return common_; }
 
@@ -105,14 +100,14 @@ class ChunkedMatrix final : public Family {
     record_conv_fwd(r, common_, cfg_, p_, in, y, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    r.dispatch(pipe<bindings::chunk_prep_fwd>(false, streams({{in.a, kBf16A}, {in.b, kBf16B}})),
+    r.dispatch(pipe<bindings::chunk_prep_fwd>(false, bf16_bits({{in.a, kBf16A}, {in.b, kBf16B}})),
                bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                         .tm = view(f[kTm]), .lgc = view(f[kLgc]), .pm = view(f[kPm]), .a = view(in.a),
                                         .bw = view(in.b), .dt_bias = view(p_.dt_bias), .gm = view(f[kGm]),
                                         .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);
     r.mark("chunk_prep_fwd");  // gate_prep fused in
-    r.dispatch(pipe<bindings::chunk_fwd_mma>(states, streams({{in.z, kBf16Z}, {out, kBf16Out}})),
+    r.dispatch(pipe<bindings::chunk_fwd_mma>(states, bf16_bits({{in.z, kBf16Z}, {out, kBf16Out}})),
                bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
                                        .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
                                        .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
@@ -130,7 +125,7 @@ class ChunkedMatrix final : public Family {
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    r.dispatch(pipe<bindings::chunk_dstate_mma>(states, streams({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}})),
+    r.dispatch(pipe<bindings::chunk_dstate_mma>(states, bf16_bits({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}})),
                bindings::chunk_dstate_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]),
                                           .do_ = view(w[kDo]), .yv = view(w[kYv]), .dsc = view(w[kDsc]),
                                           .pm = view(f[kPm]), .o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm),
@@ -187,13 +182,6 @@ class ChunkedMatrix final : public Family {
     spec.resize(8, 0);
     spec[7] = cfg_.precision == Precision::Fast ? 1u : 0u;
     return spec;
-  }
-  // The kBf16* bits of the tensors that are bfloat16 (the shaders' specialization constant BF16).
-  static std::uint32_t streams(std::initializer_list<std::pair<const Tensor&, std::uint32_t>> ts) {
-    std::uint32_t m = 0;
-    for (const auto& [t, bit] : ts)
-      if (!t.empty() && t.dtype() == DType::BFloat16) m |= bit;
-    return m;
   }
   // The pipeline of one of the passes that take the carried state (specialization constant 2: a
   // build of its own, so that the plain build spends no registers on it) and bfloat16 streams

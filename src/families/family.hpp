@@ -55,6 +55,15 @@ inline gpu::BufferView view(const Tensor& t) { return {storage_of(t).buffer.get(
 /// t's view, or where t is empty (a state not given: its flag is off, the shader reads nothing) other's.
 inline gpu::BufferView view_or(const Tensor& t, const Tensor& other) { return view(t.empty() ? other : t); }
 
+/// The kBf16* bits (Push::flags, and the matrix-unit passes' specialization constant BF16) of the
+/// tensors among ts that are bfloat16.
+inline std::uint32_t bf16_bits(std::initializer_list<std::pair<const Tensor&, std::uint32_t>> ts) {
+  std::uint32_t m = 0;
+  for (const auto& [t, bit] : ts)
+    if (!t.empty() && t.dtype() == DType::BFloat16) m |= bit;
+  return m;
+}
+
 /// The recurrent states of one call (empty tensors where absent) and Push::flags for them and the
 /// conv states: a forward reads in.h0 and writes ht; a backward reads in.h0 (the tape's) and dht and
 /// writes dh0.
@@ -107,11 +116,6 @@ class Family {
   virtual DnormParts dnorm_parts(const BufferSet&) const { return {}; }
   /// Whether dnorm_parts names its backward's (then the layer holds no param_part buffer).
   virtual bool leaves_dnorm_parts() const { return false; }
-
-  /// The boundary streams whose bfloat16 storage its passes read or write themselves (kBf16* bits;
-  /// qkv and dqkv: the common conv kernels'). The layer widens its other bfloat16 streams into float32
-  /// stand-ins before its passes and rounds its outputs after them.
-  virtual std::uint32_t bf16_streams() const { return kBf16Qkv | kBf16Dqkv; }
 
   /// The common kernels it built (the layer records the parameter-gradient passes with them).
   virtual const CommonKernels& common_kernels() const = 0;
