@@ -113,11 +113,13 @@ struct Pass {
   double bytes = 0, flops = 0;
   std::vector<std::string> order;
   std::map<std::string, std::vector<double>> samples;
+  std::map<std::string, double> kernel_bytes;  // KernelTime::bytes (the same each repeat)
 
   void add(const std::vector<KernelTime>& t) {
     for (const auto& k : t) {
       if (!samples.count(k.name)) order.push_back(k.name);
       samples[k.name].push_back(k.ms);
+      kernel_bytes[k.name] = k.bytes;
     }
   }
   double ms(const std::string& k) const { return median(samples.at(k)); }
@@ -271,7 +273,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     constexpr int kAttempts = 3;
     bool slowed = false;
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
-      for (auto& ps : passes) ps.samples.clear(), ps.order.clear();
+      for (auto& ps : passes) ps.samples.clear(), ps.order.clear(), ps.kernel_bytes.clear();
       for (int r = 0; r < o.repeats; ++r) {
         step(true);
         if ((r + 1) % std::max(1, o.repeats / 4) == 0 || r + 1 == o.repeats)
@@ -345,8 +347,20 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
       bool first = true;
       for (const auto& k : ps.order) {
         if (k == "total") continue;
-        out << "  " << std::left << std::setw(22) << k << std::right << std::setw(10) << fmt(ps.ms(k)) << "\n";
-        js << (first ? "" : ", ") << "\"" << k << "\": " << ps.ms(k);
+        const double kms = ps.ms(k), kb = ps.kernel_bytes.at(k), kfb = kb / bw * 1e3;
+        out << "  " << std::left << std::setw(22) << k << std::right << std::setw(10) << fmt(kms);
+        if (kb > 0)
+          out << std::setw(10) << fmt(kb / (kms * 1e-3) * 1e-9, 0) << std::setw(10) << "" << std::setw(12) << fmt(kfb)
+              << std::setw(12) << "" << std::setw(8) << fmt(100 * kfb / kms, 0) << "%";
+        out << "\n";
+        js << (first ? "" : ", ") << "\"" << k << "\": " << kms;
+        first = false;
+      }
+      js << "}, \"kernel_bytes\": {";
+      first = true;
+      for (const auto& k : ps.order) {
+        if (k == "total") continue;
+        js << (first ? "" : ", ") << "\"" << k << "\": " << ps.kernel_bytes.at(k);
         first = false;
       }
       js << "}}" << (pi + 1 < passes.size() ? "," : "") << "\n";
@@ -361,7 +375,9 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << "  kernels. GB/s, GFLOP/s: the bytes the pass must move at least (its inputs read, its outputs\n"
         << "  written once) and the flops of its recurrence, over that time. bytes floor, fp32 floor: the\n"
         << "  time those bytes take at the copy rate measured above, and those flops at the fp32 FMA rate\n"
-        << "  measured above (no pass can beat either); of bw, of fp32: the floor's share of the time.\n";
+        << "  measured above (no pass can beat either); of bw, of fp32: the floor's share of the time.\n"
+        << "  A kernel's bytes are those of the buffer ranges it binds (KernelTime::bytes: what its work\n"
+        << "  touches), its bytes floor their time at the copy rate.\n";
 
     out << "\ntape: " << gib(tape.device_bytes()) << " on the device for B " << B << ", T " << T << ":\n";
     js << "  ],\n  \"forward_backward_ms\": " << passes[1].ms("total") + passes[2].ms("total")

@@ -341,7 +341,7 @@ struct LayerImpl {
     double total = 0;
     for (auto& iv : intervals) {
       total += iv.ms;
-      timings.push_back({iv.label, iv.ms});
+      timings.push_back({iv.label, iv.ms, iv.bytes});
     }
     timings.push_back({"total", total});
   }

@@ -9,8 +9,9 @@
 // Tolerance: relative L2 error <= 2e-4 per output. float32 arithmetic lands near 1e-6 (each test
 // prints what it reached); the bound leaves room for longer windows, not for wrong math: a single
 // wrong element of a few hundred, or an unwritten (NaN-poisoned) one, fails it.
-#include <cstdio>
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -219,6 +220,32 @@ TEST_F(DeviceTest, AllocatedBytesCountsOnlyLiveBuffers) {
     }
   }
   EXPECT_EQ(ctx->allocated_bytes(), base);  // the layer gone too
+}
+
+// KernelTime::bytes is what a kernel's dispatches bind: conv_fwd reads qkv and the conv taps and
+// writes v, q^ and k^ and their norms (its conv_state slot, no state given, not counted); per-head's
+// rec_fwd reads v, q^ k^, the gates, z and the norm weight and writes out, o, 1/rms and (no tape) a
+// one-float checkpoint buffer, and its h0 and ht slots hold stand-ins.
+TEST_F(DeviceTest, KernelBytesAreTheRangesTheKernelsBind) {
+  const Config cfg{.nv = 4, .nk = 2, .conv_taps = 4, .variant = Variant::PerHead};
+  Layer layer(context(), cfg, random_params(cfg, 5));
+  const int B = 2, T = 24;
+  const Batch x = random_batch(cfg, B, T, 6);
+  layer.set_profiling(true);
+  layer.forward(B, T, {x.qkv, x.z, x.a, x.b});
+  const auto& t = layer.last_timings();
+  const auto conv = std::ranges::find(t, std::string("conv_fwd"), &KernelTime::name);
+  ASSERT_NE(conv, t.end()) << "no conv_fwd among the timings";
+  const double BT = double(B) * T, C = double(cfg.channels());
+  const double want = 4 * (BT * C + C * cfg.conv_taps + BT * double(cfg.value_dim()) + 2 * BT * cfg.nk * kHeadDim +
+                           2 * BT * cfg.nk);
+  EXPECT_EQ(conv->bytes, want);
+  const auto rec = std::ranges::find(t, std::string("rec_fwd"), &KernelTime::name);
+  ASSERT_NE(rec, t.end()) << "no rec_fwd among the timings";
+  const double V = BT * double(cfg.value_dim());
+  EXPECT_EQ(rec->bytes, 4 * (4 * V + 2 * BT * cfg.nk * kHeadDim + 3 * BT * cfg.nv + kHeadDim + BT * cfg.nv + 1));
+  for (const auto& k : t)
+    if (k.name != "total") EXPECT_GT(k.bytes, 0.0) << k.name;
 }
 
 // The Context keeps the pipelines, one per shader and specialization: a second Layer of a config

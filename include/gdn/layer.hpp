@@ -177,6 +177,10 @@ struct ParamTensors {
 struct KernelTime {
   std::string name;
   double ms = 0;
+  /// The bytes of the buffer ranges its dispatches bound (each once; absent tensors' slots and
+  /// bindings the shader does not use left out) and its copies and fills moved: the memory its work
+  /// touches, so what it moves at least where each byte is touched. 0 for "total".
+  double bytes = 0;
 };
 
 namespace detail {

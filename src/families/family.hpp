@@ -52,8 +52,14 @@ struct LayerParams {
 
 inline gpu::BufferView view(const gpu::Buffer& b) { return {&b}; }
 inline gpu::BufferView view(const Tensor& t) { return {storage_of(t).buffer.get()}; }
-/// t's view, or where t is empty (a state not given: its flag is off, the shader reads nothing) other's.
-inline gpu::BufferView view_or(const Tensor& t, const Tensor& other) { return view(t.empty() ? other : t); }
+/// t's view, or where t is empty (a state not given: its flag is off, the shader reads nothing) other's,
+/// marked as a stand-in.
+inline gpu::BufferView view_or(const Tensor& t, const Tensor& other) {
+  if (!t.empty()) return view(t);
+  gpu::BufferView v = view(other);
+  v.stand_in = true;
+  return v;
+}
 
 /// The kBf16* bits (Push::flags, and the matrix-unit passes' specialization constant BF16) of the
 /// tensors among ts that are bfloat16.

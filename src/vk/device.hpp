@@ -69,6 +69,7 @@ struct BufferView {
   const Buffer* buffer = nullptr;
   std::size_t offset = 0;
   std::size_t bytes = 0;  // 0: to the end of the buffer
+  bool stand_in = false;  // bound where the shader reads and writes nothing (an absent tensor's slot)
 };
 
 struct PipelineDesc {
@@ -119,8 +120,9 @@ class Recorder {
             bool then_barrier = true);
   /// Compute and transfer writes before it made visible to compute and transfer after it.
   void barrier();
-  /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`.
-  /// Inside lanes it is dropped (the lanes' work is one interval: mark after end_lanes()).
+  /// A timestamp after all work recorded so far; the interval to the previous mark gets `label`, and
+  /// the bytes its dispatches bound (Interval::bytes). Inside lanes it is dropped (the lanes' work is
+  /// one interval: mark after end_lanes()).
   void mark(std::string label);
 
   /// Lanes: `n` command sequences that touch disjoint memory, recorded one after another (lane(i)
@@ -141,6 +143,8 @@ class Recorder {
   Device& dev_;
   vk::raii::CommandBuffer& cmd_;
   std::vector<std::string> labels_;
+  std::vector<double> label_bytes_;  // each interval's bytes (Interval::bytes)
+  double bytes_ = 0;                 // bound since the last mark
   std::vector<vk::raii::DescriptorSet> sets_;  // live until the submission has finished
   using Step = std::vector<std::function<void()>>;  // a lane's commands between two barriers
   std::vector<std::vector<Step>> lanes_;            // empty: not inside lanes
@@ -150,6 +154,10 @@ class Recorder {
 struct Interval {
   std::string label;
   double ms = 0;
+  /// The bytes of the buffer ranges its dispatches bound, each range once per dispatch (stand-ins and
+  /// bindings the shader does not use left out), and its fills and copies wrote and read: what its
+  /// work touches, so a floor on what it moves where each byte is touched.
+  double bytes = 0;
 };
 
 /// A Vulkan device and its queue. Safe to share between threads: calls take turns.

@@ -95,10 +95,17 @@ void Recorder::dispatch_views(const Pipeline& p, const std::uint32_t* spirv, std
   auto sets = dev_.allocate_set(*p.set_layout);
   std::vector<vk::DescriptorBufferInfo> infos;
   infos.reserve(p.bindings);
-  for (const auto& given : views.first(p.bindings)) {
+  for (std::uint32_t i = 0; i < p.bindings; ++i) {
+    const BufferView& given = views[i];
     const BufferView& v = given.buffer ? given : *any;
     const std::size_t range = v.bytes ? v.bytes : v.buffer->bytes - v.offset;
     infos.push_back({.buffer = *v.buffer->buffer, .offset = v.buffer->offset + v.offset, .range = range});
+    // the interval's bytes: each range the shader uses once (two bindings of one range, once)
+    const bool counted = given.buffer && !given.stand_in && ((p.used >> i) & 1u) &&
+                         std::none_of(infos.begin(), infos.end() - 1, [&](const vk::DescriptorBufferInfo& b) {
+                           return b == infos.back();
+                         });
+    if (counted) bytes_ += double(range);
   }
   std::vector<vk::WriteDescriptorSet> writes(infos.size());
   for (std::uint32_t i = 0; i < infos.size(); ++i)
@@ -124,6 +131,7 @@ void Recorder::fill(const Buffer& b, std::uint32_t word) { fill(b, word, 0, b.by
 void Recorder::fill(const Buffer& b, std::uint32_t word, std::size_t offset, std::size_t bytes, bool then_barrier) {
   if (offset + bytes > b.bytes || offset % 4 || bytes % 4)
     throw std::logic_error("fill of " + b.name + ": " + std::to_string(bytes) + " bytes at " + std::to_string(offset));
+  bytes_ += double(bytes);
   if (bytes)
     emit([this, buffer = vk::Buffer(*b.buffer), at = b.offset + offset, bytes, word] {
       cmd_.fillBuffer(buffer, at, bytes, word);
@@ -136,6 +144,7 @@ void Recorder::copy(const Buffer& src, std::size_t src_offset, const Buffer& dst
   if (src_offset + bytes > src.bytes || dst_offset + bytes > dst.bytes)
     throw std::logic_error("copy of " + std::to_string(bytes) + " bytes from " + src.name + " to " + dst.name +
                            " runs past a buffer's end");
+  bytes_ += 2.0 * double(bytes);  // read and written
   if (bytes)
     emit([this, from = vk::Buffer(*src.buffer), to = vk::Buffer(*dst.buffer),
           region = vk::BufferCopy{.srcOffset = src.offset + src_offset, .dstOffset = dst.offset + dst_offset, .size = bytes}] {
@@ -149,6 +158,7 @@ void Recorder::mark(std::string label) {
   if (dev_.timestamps_used_ >= kMaxTimestamps) throw std::logic_error("too many timestamp marks in one run");
   cmd_.writeTimestamp(vk::PipelineStageFlagBits::eBottomOfPipe, *dev_.query_pool_, dev_.timestamps_used_++);
   labels_.push_back(std::move(label));
+  label_bytes_.push_back(std::exchange(bytes_, 0.0));
 }
 
 std::vector<vk::raii::DescriptorSet> Device::allocate_set(vk::DescriptorSetLayout layout) {
@@ -303,7 +313,8 @@ std::vector<Interval> Device::run(const std::function<void(Recorder&)>& body, bo
           vk::QueryResultFlagBits::e64 | vk::QueryResultFlagBits::eWait);
       if (result != vk::Result::eSuccess) throw Error("timestamp queries did not return");
       for (std::size_t i = 1; i < ts.size(); ++i)
-        out.push_back({rec.labels_[i - 1], double(ts[i] - ts[i - 1]) * info_.timestamp_period_ns * 1e-6});
+        out.push_back({rec.labels_[i - 1], double(ts[i] - ts[i - 1]) * info_.timestamp_period_ns * 1e-6,
+                       rec.label_bytes_[i - 1]});
     }
   } catch (const vk::SystemError& e) {
     timing_ = false;
