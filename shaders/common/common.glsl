@@ -48,6 +48,9 @@ vec2 widen_bf16x2(uint w) { return vec2(uintBitsToFloat(w << 16), uintBitsToFloa
 vec4 widen_bf16x4(uvec2 w) { return vec4(widen_bf16x2(w.x), widen_bf16x2(w.y)); }
 // Element i of a bfloat16 tensor from its word w = words[i / 2].
 float widen_bf16_at(uint w, uint i) { return uintBitsToFloat((i & 1u) == 0u ? w << 16 : w & 0xFFFF0000u); }
+// Element i of a stream bound twice, as bfloat16 pairs (`words`) and as float32 (`floats`): the first
+// where is_bf16 (a stream's BF16_* bit), else the second.
+#define STREAM_AT(is_bf16, words, floats, i) ((is_bf16) ? widen_bf16_at(words[(i) / 2u], (i)) : floats[i])
 // x's bfloat16 bits: ties to even, overflow to Inf, NaN kept quiet (gdn::to_bfloat16).
 uint bf16_bits(float x) {
   const uint u = floatBitsToUint(x);

@@ -22,7 +22,7 @@ void main() {
     if (has(STATE_CONV)) v = conv_state[(b * K1 + r) * C + c];
   } else {
     const uint at = (b * pc.t + r - K1) * C + c;
-    v = has(BF16_QKV) ? widen_bf16x2(qkv2[at / 2u])[at % 2u] : qkv[at];
+    v = STREAM_AT(has(BF16_QKV), qkv2, qkv, at);
   }
   state_out[i] = v;
 }

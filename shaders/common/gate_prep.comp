@@ -18,8 +18,8 @@ void main() {
   const uint n = pc.nb * pc.t * pc.nv;
   if (i >= n) return;
   const uint h = i % pc.nv;
-  const float av = has(BF16_A) ? widen_bf16_at(a_h[i / 2u], i) : a[i];
-  const float bv = has(BF16_B) ? widen_bf16_at(b_h[i / 2u], i) : b[i];
+  const float av = STREAM_AT(has(BF16_A), a_h, a, i);
+  const float bv = STREAM_AT(has(BF16_B), b_h, b, i);
   const Gate x = make_gate(av, bv, a_log[h], dt_bias[h]);
   gates[i] = x.g;
   gates[n + i] = x.beta;

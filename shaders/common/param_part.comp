@@ -24,8 +24,8 @@ void main() {
   float s = 0.0;
   for (uint r = g * R; r < min(rows, g * R + R); ++r) {
     const uint at = r * D + d;
-    const float d = has(BF16_DOUT) ? widen_bf16_at(dout_h[at / 2u], at) : dout[at];
-    const float zz = has(BF16_Z) ? widen_bf16_at(z_h[at / 2u], at) : z[at];
+    const float d = STREAM_AT(has(BF16_DOUT), dout_h, dout, at);
+    const float zz = STREAM_AT(has(BF16_Z), z_h, z, at);
     s += d * o[at] * inv_rms[r] * silu(zz);
   }
   part[g * D + d] = s;

@@ -59,8 +59,8 @@ vec2 gate_row(uint tid, uint hfirst, uint nh, uint bt0, uint L) {
   const uint i = tid % R, h = hfirst + tid / R, n = pc.nb * pc.t * pc.nv;  // gates is [3][B, T, nv]
   if (tid >= nh * R || i >= L) return vec2(0.0);
   const uint at = (bt0 + i) * pc.nv + h;
-  const float a = bf16(BF16_A) ? widen_bf16_at(a_h[at / 2u], at) : a_in[at];
-  const float b = bf16(BF16_B) ? widen_bf16_at(b_h[at / 2u], at) : b_in[at];
+  const float a = STREAM_AT(bf16(BF16_A), a_h, a_in, at);
+  const float b = STREAM_AT(bf16(BF16_B), b_h, b_in, at);
   const Gate x = make_gate(a, b, a_log[h], dt_bias[h]);
   gates[at] = x.g;
   gates[n + at] = x.beta;

@@ -124,8 +124,8 @@ void main() {
         svc[tid] = y[y_at(bt, h) + tid] - kvs[kvs0 + j * D + tid];  // v - kv
         // gated RMSNorm backward: out = o * inv * w * silu(z)
         o = o_pre[vi];
-        const float zz = has(BF16_Z) ? widen_bf16_at(z_h[vi / 2u], vi) : z[vi];
-        d = has(BF16_DOUT) ? widen_bf16_at(dout_h[vi / 2u], vi) : dout[vi];
+        const float zz = STREAM_AT(has(BF16_Z), z_h, z, vi);
+        d = STREAM_AT(has(BF16_DOUT), dout_h, dout, vi);
         wsz = norm_w[tid] * silu(zz);
         red[tid] = d * wsz * o;
         const float dzi = d * o * inv * norm_w[tid] * silu_bwd(zz);

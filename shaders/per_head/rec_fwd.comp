@@ -84,7 +84,7 @@ void main() {
     const float inv = 1.0 / sqrt(so[0] / float(D) + pc.eps);
     const uint vi = bt * pc.nv * D + h * D + tid;
     if (tid < D) {
-      const float zz = has(BF16_Z) ? widen_bf16_at(z_h[vi / 2u], vi) : z[vi];
+      const float zz = STREAM_AT(has(BF16_Z), z_h, z, vi);
       const float y = o * inv * norm_w[tid] * silu(zz);
       if (has(BF16_OUT))
         bf16_row[tid] = y;  // stored after the step's last barrier

@@ -26,8 +26,8 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint i = row * D + tid;
   const float o = o_pre[i], inv = inv_rms[row];
-  const float zz = has(BF16_Z) ? widen_bf16_at(z_h[i / 2u], i) : z[i];
-  const float d = has(BF16_DOUT) ? widen_bf16_at(dout_h[i / 2u], i) : dout[i];
+  const float zz = STREAM_AT(has(BF16_Z), z_h, z, i);
+  const float d = STREAM_AT(has(BF16_DOUT), dout_h, dout, i);
   const float wd = norm_w[tid] * silu(zz) * d;
   const float coef = workgroup_sum(wd * o) / float(D) * inv * inv * inv;
   const float dzi = d * o * inv * norm_w[tid] * silu_bwd(zz);

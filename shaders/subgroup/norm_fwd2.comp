@@ -23,7 +23,7 @@ void main() {
   const uint i = row * D + tid;
   const float o = o_pre[i];
   const float inv = 1.0 / sqrt(workgroup_sum(o * o) / float(D) + pc.eps);
-  const float zz = has(BF16_Z) ? widen_bf16_at(z_h[i / 2u], i) : z[i];
+  const float zz = STREAM_AT(has(BF16_Z), z_h, z, i);
   const float y = o * inv * norm_w[tid] * silu(zz);
   if (has(BF16_OUT)) {
     bf16_row[tid] = y;
