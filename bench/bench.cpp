@@ -344,6 +344,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
       js << "    {\"name\": \"" << ps.name << "\", \"ms\": " << ms << ", \"bytes\": " << ps.bytes
          << ", \"flops\": " << ps.flops << ", \"bytes_floor_ms\": " << fb << ", \"fp32_floor_ms\": " << ff
          << ", \"kernels\": {";
+      std::ostringstream kjs;  // the kernels' bytes, as the JSON's "kernel_bytes"
       bool first = true;
       for (const auto& k : ps.order) {
         if (k == "total") continue;
@@ -354,16 +355,10 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
               << std::setw(12) << "" << std::setw(8) << fmt(100 * kfb / kms, 0) << "%";
         out << "\n";
         js << (first ? "" : ", ") << "\"" << k << "\": " << kms;
+        kjs << (first ? "" : ", ") << "\"" << k << "\": " << kb;
         first = false;
       }
-      js << "}, \"kernel_bytes\": {";
-      first = true;
-      for (const auto& k : ps.order) {
-        if (k == "total") continue;
-        js << (first ? "" : ", ") << "\"" << k << "\": " << ps.kernel_bytes.at(k);
-        first = false;
-      }
-      js << "}}" << (pi + 1 < passes.size() ? "," : "") << "\n";
+      js << "}, \"kernel_bytes\": {" << kjs.str() << "}}" << (pi + 1 < passes.size() ? "," : "") << "\n";
     }
     out << std::left << std::setw(24) << "step (all three)" << std::right << std::setw(10) << fmt(step_ms)
         << std::setw(20) << "" << std::setw(12) << fmt(step_floor_bw) << std::setw(12) << fmt(step_floor_fl)
