@@ -27,7 +27,7 @@ int LayerImpl::check_seqlens(const std::vector<std::int64_t>& cu, int B, int T) 
 void LayerImpl::record_conv_state_out(gpu::Recorder& r, const DeviceInputs& in, const Tensor& out_state, int B, int T) {
   Push pc = family->push(cfg, B, T, false, States{});
   if (!in.conv_state.empty()) pc.flags |= kStateConv;
-  if (in.qkv.dtype() == DType::BFloat16) pc.flags |= kBf16Qkv;
+  pc.flags |= bf16_bits({{in.qkv, kBf16Qkv}});
   const std::uint64_t n = std::uint64_t(B) * (cfg.conv_taps - 1) * std::uint64_t(cfg.channels());
   r.dispatch(*family->common_kernels().conv_state_out,
              bindings::conv_state_out{.qkv = view(in.qkv), .conv_state = view_or(in.conv_state, in.qkv),
