@@ -34,6 +34,7 @@ struct Options {
   bool states = false;       // --states
   bool param_grads = true;   // --no-param-grads: false
   bool bf16 = false;         // --bf16
+  int serial_split = 0;      // --serial-split
   std::vector<std::int64_t> seqlens;  // --seqlens: packed sequences of these lengths
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
@@ -68,6 +69,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--states") o.states = true;
     else if (a == "--no-param-grads") o.param_grads = false;
     else if (a == "--bf16") o.bf16 = true;
+    else if (a == "--serial-split") o.serial_split = parse_int(a, value(), 0);
     else if (a == "--seqlens") {
       std::string v = value(), item;
       for (std::size_t at = 0; at <= v.size();) {
@@ -152,7 +154,7 @@ bool kernel_slowed(double bytes, double ms, double copy_gb_per_s, bool cpu) {
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--fast] [--repeats N]\n"
-         "          [--warmup N] [--states] [--no-param-grads] [--bf16] [--json FILE]\n"
+         "          [--warmup N] [--states] [--no-param-grads] [--bf16] [--serial-split N] [--json FILE]\n"
          "  Defaults: B 8 windows of T 512 tokens, nv 48 value heads, nk 16 key heads, K 4 conv taps (a\n"
          "  27B model's layer) on a GPU;\n"
          "  B 1, T 64, nv 4, nk 2 on a CPU driver (lavapipe), whose times are not performance figures.\n"
@@ -165,6 +167,8 @@ std::string usage() {
          "  --no-param-grads: the backward without the parameters' gradients (Config::param_grads off).\n"
          "  --bf16: bfloat16 boundary tensors (qkv, z, a, b, dout in; out and their gradients out).\n"
          "  --seqlens L1,L2,...: one stream of packed sequences of these lengths (B 1, T their sum).\n"
+         "  --serial-split N: Config::serial_split, the matrix units' serial passes as N workgroups per\n"
+         "    head (1, 2 or 4; 0, the default: the layer's choice).\n"
          "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
          "  by over 15%, or whose conv_fwd moved its bytes (128 MB or more) at under 30% of the copy\n"
          "  ceiling, is discarded and timed again (3 attempts), and one still slowed is marked SLOWED\n"
@@ -205,7 +209,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
                      .variant = o.variant, .matrix_units = o.matrix_units,
-                     .precision = o.precision, .param_grads = o.param_grads};
+                     .precision = o.precision, .param_grads = o.param_grads, .serial_split = o.serial_split};
     cfg.check();  // before any size made from it is allocated
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);

@@ -48,6 +48,9 @@ void Config::check() const {
   else
     bound("checkpoint_interval", checkpoint_interval, 0, kMaxCheckpointInterval, " (0: the family's default)");
   if (!(rms_eps >= 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("config: rms_eps must be finite and >= 0");
+  if (serial_split != 0 && serial_split != 1 && serial_split != 2 && serial_split != 4)
+    throw std::invalid_argument("config: serial_split = " + std::to_string(serial_split) +
+                                ", expected 0 (the layer's choice), 1, 2 or 4");
   if (part_tokens < 0)
     throw std::invalid_argument("config: part_tokens = " + std::to_string(part_tokens) + ", expected >= 0 (0: parts only where needed)");
 }

@@ -76,11 +76,11 @@ TEST_F(DeviceTest, Bf16TensorsRoundOnUploadAndWidenOnDownload) {
   EXPECT_THROW(t.upload_bf16(std::vector<std::uint16_t>{1, 2}), std::invalid_argument);
 }
 
-class Bf16 : public DeviceTest, public ::testing::WithParamInterface<Family> {
+class Bf16 : public FamilyTest {
  protected:
   Config config(int nv = 4, int nk = 2) const {
     return Config{.nv = nv, .nk = nk, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
-                  .matrix_units = GetParam().matrix_units};
+                  .matrix_units = GetParam().matrix_units, .serial_split = GetParam().serial_split};
   }
   static Tensor tensor(const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name, DType d) {
     Tensor t(context(), std::move(shape), name, d);
@@ -325,6 +325,7 @@ TEST_P(Bf16, StatesAndParameterGradientsMustBeFloat32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16, ::testing::ValuesIn(kFamilies), family_name);
+INSTANTIATE_TEST_SUITE_P(Splits, Bf16, ::testing::ValuesIn(kSplits), family_name);
 
 }  // namespace
 }  // namespace gdn::test

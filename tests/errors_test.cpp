@@ -61,7 +61,8 @@ TEST_F(Errors, ConfigBounds) {
                      {+[](Config& c) { c.nv = c.nk = kMaxHeads + 1; }, "nv = 4097"},
                      {+[](Config& c) { c.conv_taps = kMaxConvTaps + 1; }, "conv_taps = 17"},
                      {+[](Config& c) { c.checkpoint_interval = 3033164; }, "checkpoint_interval = 3033164"},
-                     {+[](Config& c) { c.rms_eps = NAN; }, "rms_eps"}};
+                     {+[](Config& c) { c.rms_eps = NAN; }, "rms_eps"},
+                     {+[](Config& c) { c.serial_split = 3; }, "serial_split = 3"}};
   for (const auto& b : bad) {
     Config cfg = kCfg;
     b.mutate(cfg);

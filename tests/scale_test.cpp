@@ -24,13 +24,13 @@ struct Errors {
   double worst_grad() const { return std::max({dqkv, dz, da, db}); }
 };
 
-class Scales : public DeviceTest, public ::testing::WithParamInterface<Family> {
+class Scales : public FamilyTest {
  protected:
   static constexpr int kB = 2, kT = 40;  // three chunks of 16: a pair and a short lone chunk
 
   Config config(int nv, int nk) const {
     return Config{.nv = nv, .nk = nk, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
-                  .matrix_units = GetParam().matrix_units};
+                  .matrix_units = GetParam().matrix_units, .serial_split = GetParam().serial_split};
   }
   static void say_what_ran(const Layer& layer, const char* what) {
     const bool mma = layer.config().matrix_units;
@@ -232,6 +232,7 @@ TEST_F(DeviceTest, DefaultFamilyUnderStrongDecay) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Scales, ::testing::ValuesIn(kFamilies), family_name);
+INSTANTIATE_TEST_SUITE_P(Splits, Scales, ::testing::ValuesIn(kSplits), family_name);
 
 }  // namespace
 }  // namespace gdn::test

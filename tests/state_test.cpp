@@ -18,11 +18,11 @@ struct Shape {
   int B, T;
 };
 
-class States : public DeviceTest, public ::testing::WithParamInterface<Family> {
+class States : public FamilyTest {
  protected:
   Config config() const {
     return Config{.nv = 4, .nk = 2, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
-                  .matrix_units = GetParam().matrix_units};
+                  .matrix_units = GetParam().matrix_units, .serial_split = GetParam().serial_split};
   }
   static void check(const char* what, const std::vector<float>& got, const std::vector<double>& want,
                     double tolerance = kTolerance) {
@@ -194,6 +194,7 @@ TEST_P(States, WrongShapesAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, States, ::testing::ValuesIn(kFamilies), family_name);
+INSTANTIATE_TEST_SUITE_P(Splits, States, ::testing::ValuesIn(kSplits), family_name);
 
 }  // namespace
 }  // namespace gdn::test

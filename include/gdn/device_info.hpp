@@ -32,6 +32,8 @@ struct DeviceInfo {
   /// The loop iterations one shader invocation may make in all, where the driver stops its loops
   /// beyond them (llvmpipe: 65535, its loop limiter), else 0 (no such limit).
   std::uint64_t max_loop_iterations = 0;
+  /// Multiprocessors (SMs) where the driver says (VK_NV_shader_sm_builtins), else 0.
+  std::uint32_t multiprocessors = 0;
   std::vector<std::uint64_t> device_local_heaps;  // bytes per device-local heap
   /// An adopted device (Context::adopt): the features gdn uses that the device has but was created
   /// without (ExternalDevice), as they are then off: "subgroupSizeControl", "cooperativeMatrix".

@@ -14,6 +14,8 @@
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma), and the chunk's share of the norm
 // weight's gradient, sum over its rows of dout o inv silu(z) (no pass reads o, z, dout again for it).
+// With SPLIT > 1 (chunk_mma.glsl) a workgroup holds a share of each row's columns, and row_sums.comp
+// has made <w dout, o> of every row before this pass.
 // Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
 // gradient, made by conv_bwd as it reads it), dbeta's value-dim term sum_c X o Yv (the diagonal of
 // the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
@@ -23,7 +25,7 @@
 // chunk's operators are on their way. So are the chunk's pair dots for
 // chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
-// step's two barriers.
+// step's two barriers (with SPLIT > 1, each workgroup's share of them: chunk_factors adds the shares).
 // Precision: fp32 operands as fp16 pairs, mma.glsl. As in chunk_fwd_mma, each subgroup keeps its own
 // scales for its 16 columns, chosen again at every chunk, one per quantity whose magnitude goes its
 // own way (dS is about |q^| |dO|, dU and Yv |q^| |k^| |dO|, and q^, k^ are small where qkv is):
@@ -35,10 +37,12 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
+#ifndef SERIAL_SPLIT
+#define SERIAL_SPLIT 1  // workgroups per (window, v-head): the builds <name>_split2, _split4 define 2, 4
+#endif
 #include "mma.glsl"
 
-layout(local_size_x = 256) in;              // 8 subgroups of 32 (the host requires exactly 32)
-layout(constant_id = 0) const uint SG = 32;
+layout(constant_id = 0) const uint SG = 32;  // subgroups of 32 (the host requires exactly 32)
 // The build that carries state (h0, ht; dht, dh0): a pipeline of its own, so that the plain build
 // spends no registers on it.
 layout(constant_id = 2) const bool STATES = false;
@@ -64,9 +68,9 @@ layout(set = 0, binding = 12) writeonly buffer Dz2 { uvec2 dz2[]; };    // the s
 layout(set = 0, binding = 13) readonly buffer Tm4 { vec4 t4[]; };        // [B, T, nv, CH/4] T (the forward's)
 layout(set = 0, binding = 14) readonly buffer X4 { vec4 x4[]; };         // [B, T, nv*D/4] X (chunk_fwd_mma's tape)
 layout(set = 0, binding = 15) readonly buffer U4 { vec4 u4[]; };         // [B, T, nv*D/4] u (the forward's tape)
-layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
-layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] eu, es (chunk_fwd_mma): ev = eu
-layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [3][B, nv] eo, ed, eu
+layout(set = 0, binding = 16) writeonly buffer Pdots { float pdots[]; }; // [B, nv, nch][SPLIT][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 17) readonly buffer Vscale { float vscale[]; };  // [2][B, nv][SPLIT] eu, es (chunk_fwd_mma): ev = eu
+layout(set = 0, binding = 18) writeonly buffer Dscale { float dscale[]; }; // [3][B, nv][SPLIT] eo, ed, eu
 layout(set = 0, binding = 19) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 20) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 // the carried state's gradient, [B, nv, D, D] dS[k][v]: at the end (STATE_CARRY, else zero) and at
@@ -76,6 +80,8 @@ layout(set = 0, binding = 22) writeonly buffer Dh0 { float dh0[]; };
 // each chunk's share of the norm weight's gradient, sum over its rows of dout o inv silu(z) (param_sum
 // adds the chunks in order)
 layout(set = 0, binding = 23) writeonly buffer DnormPart { vec4 dnorm_part4[]; };  // [B, nv, nch][D/4]
+// SPLIT > 1: <w dout, o> of every row, w = norm silu(z) (row_sums.comp)
+layout(set = 0, binding = 24) readonly buffer RowSums { float row_sums[]; };  // [B, T, nv]
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
@@ -112,36 +118,39 @@ void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint co
   coopMatStoreNV(p * inv_p, tiles, t_at, 16u, false);
 }
 
-// The pair dots of chunk k: the sums of the 8 subgroups' shares that yv_out left in their tiles
-// (between two barriers), invocation tid at element [j][i] = [tid / 16][tid % 16].
+// The pair dots of chunk k: the sums of the NSG subgroups' shares that yv_out left in their tiles
+// (between two barriers), into the workgroup's slot; invocation tid at elements [j][i] = [e / 16][e % 16],
+// e = tid + 32 NSG r.
 void sum_pair_dots(Chunk k, uint bh, uint nch, uint tid) {
-  float s_ou = 0.0, s_yx = 0.0;
-  [[unroll]] for (uint g = 0u; g < NSG; ++g) {
-    s_ou += tiles[g * 512u + tid];
-    s_yx += tiles[g * 512u + 256u + tid];
+  for (uint e = tid; e < 256u; e += 32u * NSG) {
+    float s_ou = 0.0, s_yx = 0.0;
+    [[unroll]] for (uint g = 0u; g < NSG; ++g) {
+      s_ou += tiles[g * 512u + e];
+      s_yx += tiles[g * 512u + 256u + e];
+    }
+    const uint at = ((bh * nch + k.c) * SPLIT + linear_group() % SPLIT) * 512u + (e % 16u) * 16u + e / 16u;  // [i][j]
+    pdots[at] = s_ou;
+    pdots[at + 256u] = s_yx;
   }
-  const uint at = (bh * nch + k.c) * 512u + (tid % 16u) * 16u + tid / 16u;  // [i][j]
-  pdots[at] = s_ou;
-  pdots[at + 256u] = s_yx;
 }
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
-  const uint bh = linear_group();  // b*nv + h
+  const uint bh = split_head();  // b*nv + h
   if (bh >= pc.nb * pc.nv) return;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
-  const uint col0 = 16u * sg;                        // the subgroup's first state column
+  const uint col0 = split_col0(sg);                  // the subgroup's first state column
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO (then its U dO^T share), Yv (then X Yv^T)
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
-  const int ev = int(vscale[bh]);
+  const int ev = int(HEAD_EXPONENT(vscale, bh));
   const float sv = pow2(ev);
   int ed = 0, eu = 0;  // the exponents of dS (carried from chunk to chunk) and of the last chunk's dU, Yv
-  int eo_min = 999, ed_min = 999, eu_min = 999;  // the smallest over the window (of chunks with nonzero values;
+  int eo_min = int(NO_EXPONENT), ed_min = int(NO_EXPONENT), eu_min = int(NO_EXPONENT);  // the smallest over the window (of chunks with nonzero values;
                                                   // for dS the exponent of its largest value)
   float s_lane[8];  // the lane's largest |2^ed dS| of each tile, made as the update leaves them
   [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) s_lane[rt] = 0.0;
@@ -202,7 +211,8 @@ void main() {
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
     if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
+    if (SPLIT == 1u)
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
     int eo;
     float omax;  // the largest |dO| of the subgroup's columns
@@ -210,7 +220,8 @@ void main() {
       vec4 dO[2];
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
         const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-        const float coef = row_total(i) / float(D) * inv[e] * inv[e] * inv[e];
+        const float rs = SPLIT == 1u ? row_total(i) : i < k.L ? row_sums[head_row(k, i)] : 0.0;
+        const float coef = rs / float(D) * inv[e] * inv[e] * inv[e];
         dO[e] = inv[e] * wd[e] - o[e] * coef;
         if (i < k.L) {
           do4[at] = dO[e];
@@ -340,10 +351,10 @@ void main() {
   const float eo_head = workgroup_min_after(float(eo_min), sg, lane);
   const float ed_head = workgroup_min_after(float(ed_min), sg, lane);
   const float eu_head = workgroup_min_after(float(eu_min), sg, lane);
-  if (tid == 0u) {
-    const uint n = pc.nb * pc.nv;
-    dscale[bh] = eo_head < 999.0 ? eo_head : 0.0;
-    dscale[n + bh] = ed_head < 999.0 ? ed_head : 0.0;
-    dscale[2u * n + bh] = eu_head < 999.0 ? eu_head : 0.0;
+  if (tid == 0u) {  // the workgroup's slot (HEAD_EXPONENT, mma.glsl)
+    const uint n = pc.nb * pc.nv, part = linear_group() % SPLIT;
+    dscale[bh * SPLIT + part] = eo_head;
+    dscale[(n + bh) * SPLIT + part] = ed_head;
+    dscale[(2u * n + bh) * SPLIT + part] = eu_head;
   }
 }

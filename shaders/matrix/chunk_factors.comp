@@ -1,6 +1,7 @@
 #version 460
 // The matrix units' backward, between chunk_dstate_mma and chunk_pair_bwd_mma: each chunk's 16 x 16
-// matrices, from the pair dots chunk_dstate_mma summed over the value dims, and from them the right
+// matrices, from the pair dots chunk_dstate_mma summed over the value dims (the sum of its SPLIT
+// workgroups' shares, mma.glsl), and from them the right
 // factors of chunk_pair_bwd_mma's phase 2 products, so that the pair pass makes its [CH x D]
 // results with no step between its barriers' worth of 16 x 16 work (chunk.glsl's forms, CH = 16):
 //   M = decay o <dO_i, u_j>   (j <= i)          Z = T^T dT = [beta_j <Yv_i, x_j>]
@@ -25,11 +26,11 @@ layout(set = 0, binding = 0) readonly buffer Gates { float gates[]; };   // [3][
 layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };       // [2][B, T, nv] lg hi, lo (the forward's)
 layout(set = 0, binding = 2) readonly buffer Tm { float t_in[]; };       // [B, T, nv, CH] T (the forward's)
 layout(set = 0, binding = 3) readonly buffer Gm { float g_in[]; };       // [B, nk, nch, CH, CH] G = K K^T (chunk_prep_fwd)
-layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
+layout(set = 0, binding = 4) readonly buffer Pdots { float pdots[]; };   // [B, nv, nch][SPLIT][2][16][16] <dO_i, u_j>, <Yv_i, x_j>
 layout(set = 0, binding = 5) writeonly buffer Fac { uvec2 fac[]; };      // [B, nv, nch][NCF][hi, lo][16 m][4] factors
 layout(set = 0, binding = 6) writeonly buffer Rec { float rec[]; };      // [B, T, nv][RW] records: writes dbeta
-layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] ev, es (chunk_fwd_mma)
-layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [3][B, nv] eo, ed, eu (chunk_dstate_mma)
+layout(set = 0, binding = 7) readonly buffer Vscale { float vscale[]; };  // [2][B, nv][SPLIT] ev, es (chunk_fwd_mma)
+layout(set = 0, binding = 8) readonly buffer Dscale { float dscale[]; };  // [3][B, nv][SPLIT] eo, ed, eu (chunk_dstate_mma)
 layout(set = 0, binding = 9) writeonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii
 
 #define CHUNK_NO_QKN
@@ -51,13 +52,18 @@ void main() {
   const float be_j = chunk_beta(k, j);
   float m = 0.0, yx = 0.0, g = 0.0;  // yx: <Yv_i, x_j>
   if (live) {
-    const uint at = wg * 512u + tid;
-    if (j <= i) m = decay * pdots[at];
-    yx = pdots[at + 256u];
+    float ou = 0.0;
+    [[unroll]] for (uint s = 0u; s < SPLIT; ++s) {
+      const uint at = (wg * SPLIT + s) * 512u + tid;
+      ou += pdots[at];
+      yx += pdots[at + 256u];
+    }
+    if (j <= i) m = decay * ou;
     g = g_in[((b * pc.nk + k.ko) * nch + k.c) * 256u + tid];
   }
   const uint nbv = pc.nb * pc.nv;
-  const int e_m = int(vscale[bh] + dscale[bh]), e_f = int(vscale[bh] + dscale[2u * nbv + bh]);
+  const float ev = HEAD_EXPONENT(vscale, bh);
+  const int e_m = int(ev + HEAD_EXPONENT(dscale, bh)), e_f = int(ev + HEAD_EXPONENT(dscale, 2u * nbv + bh));
   if (i == j) mdiag[wg * 16u + i] = m;
   const float z = be_j * yx;
   ms[tid] = m;

@@ -13,7 +13,8 @@
 //   out = O / sqrt(mean(O^2) + eps) * norm * silu(z)
 // (each subgroup sums its 16 columns of every row, the workgroup adds the 8 sums), and O itself, u,
 // X = V - K^ S0 and 1/rms only where a tape keeps them for the backward (chunk_pair_bwd_mma's dT
-// and dbeta are products with X).
+// and dbeta are products with X). With SPLIT > 1 (chunk_mma.glsl) O always leaves, and norm_fwd2
+// makes the output from it.
 // Precision: fp32 operands as fp16 pairs, mma.glsl. A subgroup's 16 state columns evolve apart from
 // the others' (the delta rule is separable along the value dims), so each subgroup keeps its own
 // scales, two of them, since S is about |k^| times V and k^ is small where qkv is: it works on
@@ -25,10 +26,12 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
+#ifndef SERIAL_SPLIT
+#define SERIAL_SPLIT 1  // workgroups per (window, v-head): the builds <name>_split2, _split4 define 2, 4
+#endif
 #include "mma.glsl"
 
-layout(local_size_x = 256) in;              // 8 subgroups of 32 (the host requires exactly 32)
-layout(constant_id = 0) const uint SG = 32;
+layout(constant_id = 0) const uint SG = 32;  // subgroups of 32 (the host requires exactly 32)
 // The build that carries state (h0, ht; dht, dh0): a pipeline of its own, so that the plain build
 // spends no registers on it.
 layout(constant_id = 2) const bool STATES = false;
@@ -52,7 +55,7 @@ layout(set = 0, binding = 11) readonly buffer Gates { float gates[]; }; // [3][B
 layout(set = 0, binding = 12) readonly buffer Y4 { vec4 y4[]; };        // [B, T, nv*D/4] v (y_at)
 layout(set = 0, binding = 13) writeonly buffer Xp4 { vec4 xp4[]; };     // [B, T, nv*D/4] X = V - K^ S0 (tape)
 layout(set = 0, binding = 13) writeonly buffer Xp { float xp[]; };       // the same, as floats
-layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [2][B, nv] eu, es (tape)
+layout(set = 0, binding = 14) writeonly buffer Vscale { float vscale[]; }; // [2][B, nv][SPLIT] eu, es (tape)
 layout(set = 0, binding = 15) readonly buffer Eqk { float eqkb[]; };   // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 16) readonly buffer Ep { float epb[]; };     // [B, nv, nch] ep (chunk_prep_fwd)
 // the carried state, [B, nv, D, D] S[k][v]: the start (STATE_H0, else zero) and the end (STATE_CARRY)
@@ -92,19 +95,19 @@ void put_output(Chunk k, vec4 o8[2], vec4 z[2], vec4 nw, uint col0, uint lane, u
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
-  const uint bh = linear_group();  // b*nv + h
+  const uint bh = split_head();  // b*nv + h
   if (bh >= pc.nb * pc.nv) return;
   const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // checkpoints: one per pair of chunks but the first
-  const uint col0 = 16u * sg;                        // the subgroup's first state column
+  const uint col0 = split_col0(sg);                  // the subgroup's first state column
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: V (then U on its way out), O
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
   const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
 
   int es = 0;                   // the exponent of the state now
-  int eu_min = 999, es_min = 999;  // the smallest eu and scale_exponent(|S|) over the window
+  int eu_min = int(NO_EXPONENT), es_min = int(NO_EXPONENT);  // the smallest eu and scale_exponent(|S|) over the window
                                    // (of chunks with nonzero values)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   if (STATES && has(STATE_H0)) {  // S^T's tiles are column-major loads of h0's [k][v] rows; es from its largest value
@@ -147,7 +150,7 @@ void main() {
     vec4 z[2];
     FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
-    if (c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
+    if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
@@ -224,11 +227,11 @@ void main() {
     [[unroll]] for (uint e = 0u; e < 2u; ++e) {
       const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
       o8[e] = TILE4_AT(t_o + t_lane + 128u * e);
-      if (pc.keep != 0u && i < k.L) {
+      if (i < k.L) {
         if (u_tile) up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
-        o4[at] = o8[e];
+        if (pc.keep != 0u || SPLIT > 1u) o4[at] = o8[e];
       }
-      put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
+      if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
     }
 
     const float gam = exp(cur.lgam.x + cur.lgam.y);
@@ -257,12 +260,15 @@ void main() {
   if (STATES && has(STATE_CARRY))
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
       coopMatStoreNV(st[rt] * pow2(-es), ht, (bh * D + 16u * rt) * D + col0, D, true);
-  barrier();
-  put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
+  if (SPLIT == 1u) {
+    barrier();
+    put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
+  }
   const float eu_head = workgroup_min_after(float(eu_min), sg, lane);
   const float es_head = workgroup_min_after(float(es_min), sg, lane);
-  if (tid == 0u) {
-    vscale[bh] = eu_head < 999.0 ? eu_head : 0.0;
-    vscale[pc.nb * pc.nv + bh] = es_head < 999.0 ? es_head : 0.0;
+  if (tid == 0u) {  // the workgroup's slot (HEAD_EXPONENT, mma.glsl)
+    const uint part = linear_group() % SPLIT;
+    vscale[bh * SPLIT + part] = eu_head;
+    vscale[(pc.nb * pc.nv + bh) * SPLIT + part] = es_head;
   }
 }

@@ -1,9 +1,13 @@
 // The matrix units' serial passes over a window's chunks (chunk_fwd_mma, chunk_dstate_mma): their
 // shared layout and the staging of a chunk's operators, which both read alike.
 //
-// Chunks of CH = 16 tokens (one tile of rows). One workgroup of NSG = 8 subgroups of 32 per
-// (window, v-head); subgroup s owns state columns 16 s .. 16 s + 15 and keeps them transposed
-// ([its 16 columns][row r]) as eight fp32 16 x 16 tiles in registers (rows 16 rt .. 16 rt + 15).
+// Chunks of CH = 16 tokens (one tile of rows). SPLIT workgroups (mma.glsl) of NSG = 8 / SPLIT
+// subgroups of 32 per (window, v-head); subgroup s of workgroup part p owns state columns col0 ..
+// col0 + 15, col0 = 16 (NSG p + s), and keeps them transposed ([its 16 columns][row r]) as eight fp32
+// 16 x 16 tiles in registers (rows 16 rt .. 16 rt + 15). With SPLIT > 1 (few windows, whose heads
+// would leave multiprocessors idle) a workgroup holds a share of a row's columns only, so the gated
+// RMSNorm's row sums are made by passes of their own: norm_fwd2 after chunk_fwd_mma, row_sums before
+// chunk_dstate_mma.
 // Columns are independent, so the subgroups never exchange results: the workgroup shares only the
 // staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, P and a third [16][128] one, as
 // fp16 pairs (mma.glsl):
@@ -13,12 +17,18 @@
 // - chunk_dstate_mma (defines DSTATE_STAGE): -diag(beta gamma) K and T itself: its state update
 //   takes W^T dU as K^T diag(beta gamma) Yv with Yv = T^T dU (W = T diag(beta gamma) K), one 16 x 16
 //   product on its chain, so that no pass makes W.
-// 8 subgroups per workgroup measured faster than 4 (two workgroups per head).
+// 8 subgroups per workgroup measured faster than 4 (two workgroups per head) where the heads fill
+// the device.
 // The staged K~, Q~ and third operator are 2^eqk times theirs and P 2^ep times (chunk_prep_fwd's
 // exponents, mma.glsl): the passes scale back each product they take from them.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),
 // eqkb ([B, nk, nch]) and epb ([B, nv, nch]).
-#define NSG 8u
+const uint NSG = 8u / SPLIT;
+const uint RPI = 16u / NSG;  // the staged operators' rows per invocation
+layout(local_size_x = 256 / SERIAL_SPLIT) in;  // NSG subgroups of 32 (the host requires exactly 32)
+// The workgroup's (window, v-head) b nv + h, and its part of the head's columns.
+uint split_head() { return linear_group() / SPLIT; }
+uint split_col0(uint sg) { return 16u * (NSG * (linear_group() % SPLIT) + sg); }
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
 // and array; the matrix loads index them in uvec2s), rows DP uvec2s apart (272 bytes: the 8 rows of
@@ -123,11 +133,11 @@ float workgroup_min_after(float x, uint sg, uint lane) {
 
 // One invocation's share of a chunk's operators.
 struct Operators {
-  vec4 k[2], q[2];     // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
-  vec2 lgi[2], lgam;   // lg (hi, lo) of those rows, and of the chunk's last row (log Gamma)
+  vec4 k[RPI], q[RPI];  // rows i = tid / 32 + NSG e, elements 4 (tid % 32) .. of k^, q^
+  vec2 lgi[RPI], lgam;  // lg (hi, lo) of those rows, and of the chunk's last row (log Gamma)
   int eqk, ep;         // the chunk's exponents (chunk_prep_fwd)
 #ifdef DSTATE_STAGE
-  float bei[2];        // beta of those rows
+  float bei[RPI];      // beta of those rows
 #endif
   vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
   vec4 t;              // T, likewise
@@ -139,8 +149,8 @@ struct Operators {
 
 Operators fetch_operators(Chunk k, uint tid) {
   Operators f;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-    const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {
+    const uint i = tid / 32u + NSG * e, r4 = tid % 32u;
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
 #ifdef DSTATE_STAGE
@@ -175,8 +185,8 @@ Operators fetch_operators(Chunk k, uint tid) {
 // workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   const float sq = pow2(f.eqk);
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) {  // (each row's factors made as scalars first)
-    const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {  // (each row's factors made as scalars first)
+    const uint at = (tid / 32u + NSG * e) * DP + tid % 32u;
     const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
     PUT_SPLIT4(kh, kl, at, (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
     PUT_SPLIT4(qh, ql, at, g_i * f.q[e])

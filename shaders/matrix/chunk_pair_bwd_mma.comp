@@ -79,8 +79,8 @@ layout(set = 0, binding = 6) volatile readonly buffer Yv4 { vec4 yv4[]; };    //
 layout(set = 0, binding = 7) volatile readonly buffer Ck4 { vec4 ck4[]; };    // [B, nv, pair slots, D, D/4] S0
 layout(set = 0, binding = 8) volatile readonly buffer Dsc4 { vec4 dsc4[]; };  // [B, nv, pair slots, D, D/4] dSe
 layout(set = 0, binding = 9) writeonly buffer Rec { float rec[]; };     // [B, T, nv][RW] records (qk_bwd2 reads them)
-layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [2][B, nv] ev, es (chunk_fwd_mma)
-layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [3][B, nv] eo, ed, eu (chunk_dstate_mma)
+layout(set = 0, binding = 10) readonly buffer Vscale { float vscale[]; };  // [2][B, nv][SPLIT] ev, es (chunk_fwd_mma)
+layout(set = 0, binding = 11) readonly buffer Dscale { float dscale[]; };  // [3][B, nv][SPLIT] eo, ed, eu (chunk_dstate_mma)
 layout(set = 0, binding = 12) readonly buffer Eqk { float eqkb[]; };      // [B, nk, nch] eqk (chunk_prep_fwd)
 layout(set = 0, binding = 13) readonly buffer Mdiag { float mdiag[]; };   // [B, nv, nch][16] M_ii (chunk_factors)
 // the carried state [B, nv, D, D] S[k][v]: the first pair's S0 (STATE_H0), the last pair's dSe
@@ -269,8 +269,9 @@ void main() {
   const uint s0_at = s0_stored ? (bh * slots + p - 1u) * D * D : 0u, ds_at = ds_stored ? (bh * slots + p) * D * D : 0u;
 
   const uint nbv = pc.nb * pc.nv;
-  const int ev = int(vscale[bh]), es = int(vscale[nbv + bh]);
-  const int eo = int(dscale[bh]), ed = int(dscale[nbv + bh]), eu = int(dscale[2u * nbv + bh]);
+  const int ev = int(HEAD_EXPONENT(vscale, bh)), es = int(HEAD_EXPONENT(vscale, nbv + bh));
+  const int eo = int(HEAD_EXPONENT(dscale, bh)), ed = int(HEAD_EXPONENT(dscale, nbv + bh)),
+            eu = int(HEAD_EXPONENT(dscale, 2u * nbv + bh));
   const Scales scales = Scales(pow2(es), pow2(ed), pow2(ev), pow2(eo), pow2(eu));
 
   Round ring[DEPTH];

@@ -26,6 +26,24 @@
 // Config::precision fast: single fp16 products (hi alone: 11 significant bits), fp32 accumulation; the
 // lo halves are neither made nor multiplied. The operand scaling stays (fp32's exponent range).
 layout(constant_id = 7) const bool FAST = false;
+// Workgroups per (window, v-head) of the serial passes, each a share of the state's columns
+// (chunk_mma.glsl; Config::serial_split): each leaves its exponents (vscale, dscale) and its share of
+// the pair dots (pdots) in a slot of its own, and the later passes take the head's from them. The
+// serial passes are built once per split (SERIAL_SPLIT: their arrays are sized by it), the later
+// passes take it as specialization constant 8.
+#ifdef SERIAL_SPLIT
+const uint SPLIT = SERIAL_SPLIT;
+#else
+layout(constant_id = 8) const uint SPLIT = 1;
+#endif
+// A slot holds the smallest exponent over the workgroup's chunks with nonzero values, NO_EXPONENT
+// where there were none. A head's exponent of one quantity is the smallest of its workgroups' slots
+// buf[at SPLIT + s], where at = q B nv + bh for quantity q (SPLIT <= 4), and 0 where none has one.
+#define NO_EXPONENT 999.0
+float head_exponent_of(float m) { return m < NO_EXPONENT ? m : 0.0; }
+#define HEAD_EXPONENT(buf, at)                                                                                    \
+  head_exponent_of(min(min(buf[(at) * SPLIT], buf[(at) * SPLIT + min(1u, SPLIT - 1u)]),                           \
+                       min(buf[(at) * SPLIT + min(2u, SPLIT - 1u)], buf[(at) * SPLIT + min(3u, SPLIT - 1u)])))
 // The boundary streams the pass reads and writes as bfloat16 itself (common.glsl's BF16_* bits); the
 // others are float32.
 layout(constant_id = 6) const uint BF16 = 0u;

@@ -163,6 +163,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
       o << (k ? ", " : "") << bytes_str(d.device_local_heaps[k]);
     o << '\n';
   }
+  if (d.multiprocessors > 0) row("multiprocessors") << d.multiprocessors << '\n';
   if (d.max_loop_iterations > 0)
     row("loop iterations") << "at most " << d.max_loop_iterations
                            << " per invocation (the driver's limit: longer windows run as parts)\n";

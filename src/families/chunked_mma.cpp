@@ -4,7 +4,9 @@
 // norm fused in); backward chunk_dstate_mma (the serial pass of the state gradients, the norm's
 // backward fused in), chunk_factors (each chunk's 16 x 16 factors) and chunk_pair_bwd_mma (every
 // pair of chunks' gradients), then qk_bwd2 and a conv backward that makes dv from Yv. Its numerics
-// (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl.
+// (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl. The serial passes run as 1, 2 or 4
+// workgroups per head (split(), chunk_mma.glsl's SPLIT); split, the norm's row sums are passes of
+// their own (norm_fwd2 after the forward's, row_sums before the backward's).
 #include <algorithm>
 #include <map>
 #include <string_view>
@@ -25,12 +27,12 @@ class ChunkedMatrix final : public Family {
  public:
   explicit ChunkedMatrix(const FamilyArgs& a)
       : cfg_(a.cfg), p_(a.params), dev_(a.dev), common_(build_common(a.dev, std::uint32_t(a.cfg.conv_taps))) {
-    const std::uint32_t ch = kChunk, taps = std::uint32_t(cfg_.conv_taps);
-    pipe<bindings::chunk_prep_fwd>(false, 0);
-    pipe<bindings::chunk_fwd_mma>(false, 0);
-    pipe<bindings::chunk_dstate_mma>(false, 0);
-    pipe<bindings::chunk_pair_bwd_mma>(false, 0);
-    chunk_factors_ = make_pipeline<bindings::chunk_factors>(a.dev, with_precision({32, ch}), 32);
+    const std::uint32_t taps = std::uint32_t(cfg_.conv_taps);
+    pipe<bindings::chunk_prep_fwd>(false, 0, 1);
+    pipe<bindings::chunk_fwd_mma>(false, 0, 1);
+    pipe<bindings::chunk_dstate_mma>(false, 0, 1);
+    pipe<bindings::chunk_factors>(false, 0, 1);
+    pipe<bindings::chunk_pair_bwd_mma>(false, 0, 1);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
     conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
   }
@@ -43,6 +45,16 @@ class ChunkedMatrix final : public Family {
     return {{"v (conv output)", std::size_t(B) * T * cfg_.nv * kD}};
   }
   int chunks(int T) const { return (T + int(kChunk) - 1) / int(kChunk); }
+  // Workgroups per (window, v-head) of the serial passes for B windows (chunk_mma.glsl's SPLIT): the
+  // config's, else the most of 4 and 2 whose workgroups the device's multiprocessors hold at once
+  // (one each: the serial passes' registers allow no more), else 1.
+  std::uint32_t split(int B) const {
+    if (cfg_.serial_split > 0) return std::uint32_t(cfg_.serial_split);
+    const std::uint64_t heads = std::uint64_t(B) * cfg_.nv, mp = dev_.info().multiprocessors;
+    for (const std::uint32_t s : {4u, 2u})
+      if (heads * s <= mp) return s;
+    return 1;
+  }
   // Stored states at the edges of pairs of chunks: chunk_pair_bwd_mma takes a pair per workgroup and
   // makes the state between its chunks again.
   int pairs(int T) const { return (chunks(T) + 1) / 2; }
@@ -65,24 +77,26 @@ class ChunkedMatrix final : public Family {
             {"P per chunk", BT * nv * ch},
             {"cumulative log gates", 2 * BT * nv},  // hi, lo (shaders/chunked/chunk.glsl)
             // the power-of-two exponents (shaders/matrix/mma.glsl): each head's of U, X and of the
-            // states ([2][B, nv]); per chunk of q^, k^ ([B, nk, chunks]) and of P ([B, nv, chunks])
-            {"U and state scale exponents", 2 * std::size_t(B) * nv},
+            // states ([2][B, nv][split]: a slot per workgroup); per chunk of q^, k^ ([B, nk, chunks])
+            // and of P ([B, nv, chunks])
+            {"U and state scale exponents", 2 * std::size_t(B) * nv * split(B)},
             {"q, k scale exponents", std::size_t(B) * nk * nch},
             {"P scale exponents", std::size_t(B) * nv * nch}};
   }
-  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy, kDnorm };
+  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy, kDnorm, kRowSums };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
-    const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, n = std::size_t(B) * nv * chunks(T);
+    const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, n = std::size_t(B) * nv * chunks(T), s = split(B);
     return {{"do (grad of o)", BT * nv * kD},
             {"chunk records", BT * nv * kRecordWords},
             {"Yv = T^T dU per chunk", BT * nv * kD},
             {"end-state grads per chunk", std::size_t(B) * nv * state_slots(pairs(T)) * kD * kD},
-            {"pair dots per chunk", n * 2 * 16 * 16},                      // <dO_i, u_j>, <Yv_i, x_j>
+            {"pair dots per chunk", n * s * 2 * 16 * 16},  // <dO_i, u_j>, <Yv_i, x_j>: each workgroup's share
             {"pair pass factors per chunk", n * kChunkFactors * 2 * 16 * 16 / 2},  // fp16 pairs
-            {"dO, dS and Yv scale exponents", 3 * std::size_t(B) * nv},
+            {"dO, dS and Yv scale exponents", 3 * std::size_t(B) * nv * s},
             {"M's diagonal per chunk", n * 16},
             {"dy (conv output grad)", BT * std::size_t(cfg_.channels())},
-            {"dnorm per chunk", n * kD}};
+            {"dnorm per chunk", n * kD},
+            {"norm row sums", s > 1 ? BT * nv : 1}};  // row_sums.comp's, for a split chunk_dstate_mma
   }
   // chunk_dstate_mma leaves each chunk's share of dnorm (the norm's inputs are at hand there)
   DnormParts dnorm_parts(const BufferSet& w) const override {
@@ -100,22 +114,33 @@ class ChunkedMatrix final : public Family {
     record_conv_fwd(r, common_, cfg_, p_, in, y, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    r.dispatch(pipe<bindings::chunk_prep_fwd>(false, bf16_bits({{in.a, kBf16A}, {in.b, kBf16B}})),
+    const std::uint32_t sp = split(f.B);
+    r.dispatch(pipe<bindings::chunk_prep_fwd>(false, bf16_bits({{in.a, kBf16A}, {in.b, kBf16B}}), 1),
                bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                         .tm = view(f[kTm]), .lgc = view(f[kLgc]), .pm = view(f[kPm]), .a = view(in.a),
                                         .bw = view(in.b), .dt_bias = view(p_.dt_bias), .gm = view(f[kGm]),
                                         .eqk = view(f[kEqk]), .ep = view(f[kEp])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);
     r.mark("chunk_prep_fwd");  // gate_prep fused in
-    r.dispatch(pipe<bindings::chunk_fwd_mma>(states, bf16_bits({{in.z, kBf16Z}, {out, kBf16Out}})),
-               bindings::chunk_fwd_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
-                                       .up = view(f[kU]), .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]),
-                                       .z = view(in.z), .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]),
-                                       .gates = view(f[kGates]), .y = view(y), .xp = view(f[kX]),
-                                       .vscale = view(f[kVscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
-                                       .h0 = view_or(in.h0, in.qkv), .ht = view_or(s.ht, in.qkv)},
-               pc, std::uint64_t(f.B) * cfg_.nv);
-    r.mark("chunk_fwd_mma");  // the norm fused in
+    const std::uint32_t bits = bf16_bits({{in.z, kBf16Z}, {out, kBf16Out}});
+    with_split<bindings::chunk_fwd_mma, bindings::chunk_fwd_mma_split2, bindings::chunk_fwd_mma_split4>(
+        sp, [&]<class Pass>(Pass) {
+          r.dispatch(pipe<Pass>(states, bits, sp),
+                     Pass{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .tm = view(f[kTm]), .up = view(f[kU]),
+                          .pm = view(f[kPm]), .o = view(f[kO]), .ck = view(f[kCk]), .z = view(in.z),
+                          .norm = view(p_.norm), .out = view(out), .inv = view(f[kInv]), .gates = view(f[kGates]),
+                          .y = view(y), .xp = view(f[kX]), .vscale = view(f[kVscale]), .eqk = view(f[kEqk]),
+                          .ep = view(f[kEp]), .h0 = view_or(in.h0, in.qkv), .ht = view_or(s.ht, in.qkv)},
+                     pc, std::uint64_t(f.B) * cfg_.nv * sp);
+        });
+    r.mark("chunk_fwd_mma");  // the norm fused in where not split
+    if (sp > 1) {  // the norm from O (a workgroup per row)
+      r.dispatch(norm_fwd(),
+                 bindings::norm_fwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .out = view(out),
+                                     .inv = view(f[kInv])},
+                 pc, std::uint64_t(f.B) * f.T * cfg_.nv);
+      r.mark("norm_fwd2");
+    }
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
@@ -125,26 +150,38 @@ class ChunkedMatrix final : public Family {
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    r.dispatch(pipe<bindings::chunk_dstate_mma>(states, bf16_bits({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}})),
-               bindings::chunk_dstate_mma{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]),
-                                          .do_ = view(w[kDo]), .yv = view(w[kYv]), .dsc = view(w[kDsc]),
-                                          .pm = view(f[kPm]), .o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm),
-                                          .inv = view(f[kInv]), .dout = view(dout), .dz = view(g.dz),
-                                          .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
-                                          .pdots = view(w[kPdots]), .vscale = view(f[kVscale]),
-                                          .dscale = view(w[kDscale]), .eqk = view(f[kEqk]), .ep = view(f[kEp]),
-                                          .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv),
-                                          .dnorm_part = view(w[kDnorm])},
-               pc, heads);
+    const std::uint32_t sp = split(f.B);
+    if (sp > 1) {  // the norm's row sums, which a workgroup of a split chunk_dstate_mma cannot make
+      const std::uint64_t rows = std::uint64_t(f.B) * f.T * cfg_.nv;
+      r.dispatch(row_sums(),
+                 bindings::row_sums{.o = view(f[kO]), .z = view(in.z), .dout = view(dout), .norm = view(p_.norm),
+                                    .row_sums = view(w[kRowSums])},
+                 pc, (rows + 7) / 8);
+      r.mark("row_sums");
+    }
+    const std::uint32_t bits = bf16_bits({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}});
+    with_split<bindings::chunk_dstate_mma, bindings::chunk_dstate_mma_split2, bindings::chunk_dstate_mma_split4>(
+        sp, [&]<class Pass>(Pass) {
+          r.dispatch(pipe<Pass>(states, bits, sp),
+                     Pass{.qkn = view(f[kQkn]), .lgc = view(f[kLgc]), .gates = view(f[kGates]), .do_ = view(w[kDo]),
+                          .yv = view(w[kYv]), .dsc = view(w[kDsc]), .pm = view(f[kPm]), .o = view(f[kO]),
+                          .z = view(in.z), .norm = view(p_.norm), .inv = view(f[kInv]), .dout = view(dout),
+                          .dz = view(g.dz), .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
+                          .pdots = view(w[kPdots]), .vscale = view(f[kVscale]), .dscale = view(w[kDscale]),
+                          .eqk = view(f[kEqk]), .ep = view(f[kEp]), .dht = view_or(s.dht, in.qkv),
+                          .dh0 = view_or(s.dh0, in.qkv), .dnorm_part = view(w[kDnorm]),
+                          .row_sums = view(w[kRowSums])},
+                     pc, heads * sp);
+        });
     r.mark("chunk_dstate_mma");
-    r.dispatch(*chunk_factors_,
+    r.dispatch(pipe<bindings::chunk_factors>(false, 0, sp),
                bindings::chunk_factors{.gates = view(f[kGates]), .lgc = view(f[kLgc]), .tm = view(f[kTm]),
                                        .gm = view(f[kGm]), .pdots = view(w[kPdots]), .fac = view(w[kFac]),
                                        .rec = view(w[kDqk]), .vscale = view(f[kVscale]), .dscale = view(w[kDscale]),
                                        .mdiag = view(w[kMdiag])},
                pc, heads * pc.nseg);
     r.mark("chunk_factors");
-    r.dispatch(pipe<bindings::chunk_pair_bwd_mma>(states, 0),
+    r.dispatch(pipe<bindings::chunk_pair_bwd_mma>(states, 0, sp),
                bindings::chunk_pair_bwd_mma{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .lgc = view(f[kLgc]),
                                             .fac = view(w[kFac]), .u = view(f[kU]), .do_ = view(w[kDo]),
                                             .yv = view(w[kYv]), .ck = view(f[kCk]), .dsc = view(w[kDsc]),
@@ -183,21 +220,41 @@ class ChunkedMatrix final : public Family {
     spec[7] = cfg_.precision == Precision::Fast ? 1u : 0u;
     return spec;
   }
-  // The pipeline of one of the passes that take the carried state (specialization constant 2: a
-  // build of its own, so that the plain build spends no registers on it) and bfloat16 streams
-  // (constant 6), built at its first use (the plain builds with the family).
+  // The pipeline of a matrix-unit pass for the carried state (specialization constant 2: a build of
+  // its own, so that the plain build spends no registers on it), bfloat16 streams (constant 6) and
+  // the serial passes' workgroups per head (constant 8; the serial passes have a build per split),
+  // built at its first use (the plain builds with the family).
   template <class Bindings>
-  const gpu::Pipeline& pipe(bool states, std::uint32_t bf16) {
-    auto& p = pipes_[{Bindings::kName, states, bf16}];
+  const gpu::Pipeline& pipe(bool states, std::uint32_t bf16, std::uint32_t split) {
+    auto& p = pipes_[{Bindings::kName, states, bf16, split}];
     if (!p) {
       std::vector<std::uint32_t> spec = with_precision({32, kChunk, states ? 1u : 0u});
+      spec.resize(9, 0);
       spec[6] = bf16;
+      spec[8] = split;
       p = make_pipeline<Bindings>(dev_, std::move(spec), 32);
     }
     return *p;
   }
-  std::map<std::tuple<std::string_view, bool, std::uint32_t>, std::shared_ptr<gpu::Pipeline>> pipes_;
-  std::shared_ptr<gpu::Pipeline> chunk_factors_, qk_bwd_, conv_bwd_yv_;
+  std::map<std::tuple<std::string_view, bool, std::uint32_t, std::uint32_t>, std::shared_ptr<gpu::Pipeline>> pipes_;
+  // Calls f with a default gdn::bindings struct of the serial pass's build for `split` workgroups per
+  // head (One, Two, Four: its builds, which differ in type, not in fields).
+  template <class One, class Two, class Four, class F>
+  static void with_split(std::uint32_t split, F&& f) {
+    if (split == 4) f(Four{});
+    else if (split == 2) f(Two{});
+    else f(One{});
+  }
+  // the split serial passes' norm passes, built at their first use
+  const gpu::Pipeline& norm_fwd() {
+    if (!norm_fwd_) norm_fwd_ = make_pipeline<bindings::norm_fwd2>(dev_);
+    return *norm_fwd_;
+  }
+  const gpu::Pipeline& row_sums() {
+    if (!row_sums_) row_sums_ = make_pipeline<bindings::row_sums>(dev_, {}, 32);
+    return *row_sums_;
+  }
+  std::shared_ptr<gpu::Pipeline> qk_bwd_, conv_bwd_yv_, norm_fwd_, row_sums_;
 };
 
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The column-split forward (shaders/subgroup/rec_fwd2.comp, norm_fwd2.comp) and the norm's backward
-// (norm_bwd2.comp), which the subgroup family and the chunked family on CUDA cores both run: each
+// The column-split forward (shaders/subgroup/rec_fwd2.comp, shaders/common/norm_fwd2.comp) and the norm's backward
+// (shaders/common/norm_bwd2.comp), which the subgroup family and the chunked family on CUDA cores both run: each
 // (window, v-head) state's 128 columns are split over kColumnBlocks workgroups, 8 lanes a column.
 // Defined in subgroup.cpp.
 #pragma once

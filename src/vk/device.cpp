@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include <unistd.h>
 #include <sstream>
@@ -106,15 +107,19 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   vk::PhysicalDeviceSubgroupProperties sg{};
   vk::PhysicalDeviceSubgroupSizeControlProperties sgc{};
   vk::PhysicalDeviceDriverProperties drv{};
+  vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV sm{};
   vk::PhysicalDeviceProperties2 p2{.pNext = &sg};
   sg.pNext = &drv;
   if (v13) drv.pNext = &sgc;  // core in 1.3; older devices are asked nothing they may not know
+  const bool sm_count = has_extension(pd, VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+  if (sm_count) sm.pNext = std::exchange(p2.pNext, &sm);
   pd.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*pd),
                                                      reinterpret_cast<VkPhysicalDeviceProperties2*>(&p2));
   info.driver = std::string(drv.driverName.data()) + " " + drv.driverInfo.data();
   // llvmpipe ends every loop of an invocation once it has made 65535 iterations in all (gallivm's
   // LP_MAX_TGSI_LOOP_ITERATIONS), silently: the rest of the invocation's work is not done.
   if (drv.driverID == vk::DriverId::eMesaLlvmpipe) info.max_loop_iterations = 65535;
+  if (sm_count) info.multiprocessors = sm.shaderSMCount;
   info.subgroup_size = sg.subgroupSize;
   info.min_subgroup_size = v13 ? sgc.minSubgroupSize : sg.subgroupSize;
   info.max_subgroup_size = v13 ? sgc.maxSubgroupSize : sg.subgroupSize;
