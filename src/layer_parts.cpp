@@ -340,6 +340,7 @@ void LayerImpl::forward_parts(const DeviceInputs& in, const Tensor& out, Tape* t
           conv_out = windows(carry->conv_state, p, "conv_state out");
         }
         set_flags(s, pt.inputs);
+        s.side_by_side = lanes.size() > 1;
         ensure(w.family_scratch, p.nb, p.nt, false, [&] { return family->scratch_buffers(p.nb, p.nt); }, true);
         BufferSet* f = &pt.fwd;
         if (!tape) {
@@ -431,6 +432,7 @@ void LayerImpl::backward_parts(const TapeState& st, const Tensor& dout, const De
           gp.da_log = sub_tensor(lane_sums, o + at.da_log, g.da_log.shape(), "da_log (lane)");
         }
         set_flags(s, pt.inputs);
+        s.side_by_side = lanes.size() > 1;
         ensure(w.bwd, p.nb, p.nt, true, [&] { return family->backward_buffers(p.nb, p.nt); }, true);
         ensure(w.param_work, p.nb, p.nt, true, [&] { return param_buffers(p.nb, p.nt); }, true);
         record_backward_part(r, w, pt, rows(dout, p), gp, s, !first);

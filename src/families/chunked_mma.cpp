@@ -47,9 +47,11 @@ class ChunkedMatrix final : public Family {
   int chunks(int T) const { return (T + int(kChunk) - 1) / int(kChunk); }
   // Workgroups per (window, v-head) of the serial passes for B windows (chunk_mma.glsl's SPLIT): the
   // config's, else the most of 4 and 2 whose workgroups the device's multiprocessors hold at once
-  // (one each: the serial passes' registers allow no more), else 1.
-  std::uint32_t split(int B) const {
+  // (one each: the serial passes' registers allow no more), else 1, and 1 where the passes run
+  // beside other windows' (States::side_by_side; the buffers are sized for the split without them).
+  std::uint32_t split(int B, bool side_by_side = false) const {
     if (cfg_.serial_split > 0) return std::uint32_t(cfg_.serial_split);
+    if (side_by_side) return 1;
     const std::uint64_t heads = std::uint64_t(B) * cfg_.nv, mp = dev_.info().multiprocessors;
     for (const std::uint32_t s : {4u, 2u})
       if (heads * s <= mp) return s;
@@ -114,7 +116,7 @@ class ChunkedMatrix final : public Family {
     record_conv_fwd(r, common_, cfg_, p_, in, y, f[kQkn], f[kNq], pc);
     // the gates are made by chunk_prep_fwd, which reads them first (no gate_prep pass)
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    const std::uint32_t sp = split(f.B);
+    const std::uint32_t sp = split(f.B, s.side_by_side);
     r.dispatch(pipe<bindings::chunk_prep_fwd>(false, bf16_bits({{in.a, kBf16A}, {in.b, kBf16B}}), 1),
                bindings::chunk_prep_fwd{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                         .tm = view(f[kTm]), .lgc = view(f[kLgc]), .pm = view(f[kPm]), .a = view(in.a),
@@ -150,7 +152,7 @@ class ChunkedMatrix final : public Family {
     // The forward left every chunk's T, P and log gates on the tape: no chunk_prep; chunk_dstate_mma
     // makes dO and dz (the norm's backward) itself.
     const bool states = s.flags & (kStateH0 | kStateCarry);
-    const std::uint32_t sp = split(f.B);
+    const std::uint32_t sp = split(f.B, s.side_by_side);
     if (sp > 1) {  // the norm's row sums, which a workgroup of a split chunk_dstate_mma cannot make
       const std::uint64_t rows = std::uint64_t(f.B) * f.T * cfg_.nv;
       r.dispatch(row_sums(),

@@ -79,6 +79,9 @@ struct States {
   Tensor dh0;  // backward: the gradient of h0 (where h0 was given)
   Tensor dconv_out;  // backward: the gradient of the conv state out (empty: zero)
   std::uint32_t flags = 0;
+  // Other windows' passes run beside these (a packed call's lanes): the device is busy without
+  // splitting a window's work further. A tape's backward has its forward's.
+  bool side_by_side = false;
 };
 
 class Family {
