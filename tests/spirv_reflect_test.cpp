@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gdn/spirv.hpp"
+#include "vk/limits.hpp"
 #include "vk/spirv_reflect.hpp"
 
 namespace gdn::gpu {
@@ -42,6 +43,7 @@ TEST(SpirvReflect, MatchesTheDriversReportOfSharedMemory) {
   for (const auto& k : known) {
     const ShaderInterface s = reflect_shader(k.name, k.code, k.spec);
     EXPECT_EQ(s.bindings, k.bindings) << k.name;
+    EXPECT_LE(s.bindings, kMaxBindingsPerSet) << k.name << ": more bindings than a pipeline's set layout holds";
     EXPECT_EQ(s.shared_bytes, k.shared) << k.name;
     EXPECT_EQ(s.push_constant_bytes, 64u) << k.name;
   }

@@ -11,7 +11,7 @@ inline constexpr std::size_t kStagingChunk = std::size_t{64} << 20;  // bounds h
 // Host transfers batched into a run's submission at most this much together (more: staged apart)
 inline constexpr std::size_t kBatchedStaging = std::size_t{512} << 20;
 inline constexpr std::uint32_t kMaxSetsPerRun = 512;
-inline constexpr std::uint32_t kMaxBindingsPerSet = 24;
+inline constexpr std::uint32_t kMaxBindingsPerSet = 32;
 inline constexpr std::uint32_t kMaxTimestamps = 256;
 
 }  // namespace gdn::gpu
