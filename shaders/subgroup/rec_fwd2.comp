@@ -55,6 +55,44 @@ float transpose_reduce(float p0, float p1, float p2, float p3, uint lane) {
   return a + subgroupShuffleXor(a, 4u);
 }
 
+// One invocation's share of a block's operands, loaded a block ahead (the loads of the next block
+// are in flight while this one's steps run): q^, k^ vec4 e = lid + 64 m of the block's TS * D/4,
+// v element lid + 64 m of its TS * COLS, and g, beta of step lid (lid < TS).
+struct Block {
+  vec4 q[TS * D / 256u], k[TS * D / 256u];
+  float v[TS * COLS / 64u];
+  float g, beta;
+};
+
+Block fetch(uint b, uint h, uint ko, uint blk, uint tb, uint lid) {
+  Block f;
+  const uint nst = min(TS, pc.t - tb), n_bt = pc.nb * pc.t;
+  [[unroll]] for (uint m = 0u; m < TS * D / 256u; ++m) {
+    const uint e = lid + 64u * m, j = e / (D / 4u), r4 = e % (D / 4u);
+    const uint bt = b * pc.t + tb + min(j, nst - 1u);  // past the window's end: a row that is there
+    f.q[m] = qkn4[qk_at(QK_Q, bt, ko) / 4u + r4];
+    f.k[m] = qkn4[qk_at(QK_K, bt, ko) / 4u + r4];
+  }
+  [[unroll]] for (uint m = 0u; m < TS * COLS / 64u; ++m) {
+    const uint e = lid + 64u * m, j = min(e / COLS, nst - 1u);
+    f.v[m] = y[y_at(b * pc.t + tb + j, h) + blk * COLS + e % COLS];
+  }
+  const uint bt = b * pc.t + tb + min(lid, nst - 1u);
+  f.g = lid < TS ? gates[bt * pc.nv + h] : 0.0;
+  f.beta = lid < TS ? gates[(n_bt + bt) * pc.nv + h] : 0.0;
+  return f;
+}
+
+void stash(Block f, uint lid) {
+  [[unroll]] for (uint m = 0u; m < TS * D / 256u; ++m) {
+    const uint e = lid + 64u * m, j = e / (D / 4u), r4 = e % (D / 4u);
+    fq[j * STEP4 + padded(r4)] = f.q[m];
+    fk[j * STEP4 + padded(r4)] = f.k[m];
+  }
+  [[unroll]] for (uint m = 0u; m < TS * COLS / 64u; ++m) fv[lid + 64u * m] = f.v[m];
+  if (lid < TS) { fg[lid] = f.g; fb[lid] = f.beta; }
+}
+
 void main() {
   const uint wg = linear_group();  // (b*nv + h)*NWG + block
   if (wg >= pc.nb * pc.nv * NWG) return;
@@ -66,33 +104,18 @@ void main() {
   const uint cg = gl_SubgroupID * (SG / 8u) + (lane >> 3u);
   const uint cstar = 2u * (lane & 1u) + ((lane >> 1u) & 1u);  // the column transpose_reduce returns
   const uint col0 = blk * COLS + cg * 4u;                     // first of the lane's 4 columns
-  const uint n_bt = pc.nb * pc.t;
   const uint slots = max(pc.nseg, 2u) - 1u;
   float s[4][16];  // s[c][r] = S[rg*16 + r][col0 + c]
   [[unroll]] for (uint c = 0u; c < 4u; ++c)
     [[unroll]] for (uint r = 0u; r < 16u; ++r)
       s[c][r] = has(STATE_H0) ? h0[(bh * D + rg * 16u + r) * D + col0 + c] : 0.0;
 
+  Block nxt = fetch(b, h, ko, blk, 0u, lid);
   for (uint tb = 0u; tb < pc.t; tb += TS) {
     const uint nst = min(TS, pc.t - tb);
     barrier();  // the previous block's readers are done
-    for (uint e = lid; e < TS * D / 4u; e += 64u) {
-      const uint j = e / (D / 4u), r4 = e % (D / 4u);
-      if (j < nst) {
-        const uint bt = b * pc.t + tb + j;
-        fq[j * STEP4 + padded(r4)] = qkn4[qk_at(QK_Q, bt, ko) / 4u + r4];
-        fk[j * STEP4 + padded(r4)] = qkn4[qk_at(QK_K, bt, ko) / 4u + r4];
-      }
-    }
-    for (uint e = lid; e < TS * COLS; e += 64u) {
-      const uint j = e / COLS;
-      if (j < nst) fv[e] = y[y_at(b * pc.t + tb + j, h) + blk * COLS + e % COLS];
-    }
-    if (lid < nst) {
-      const uint bt = b * pc.t + tb + lid;
-      fg[lid] = gates[bt * pc.nv + h];
-      fb[lid] = gates[(n_bt + bt) * pc.nv + h];
-    }
+    stash(nxt, lid);
+    if (tb + TS < pc.t) nxt = fetch(b, h, ko, blk, tb + TS, lid);  // in flight during this block's steps
     barrier();
     for (uint j = 0u; j < nst; ++j) {
       const uint ti = tb + j;
