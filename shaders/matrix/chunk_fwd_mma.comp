@@ -148,12 +148,13 @@ void main() {
     if (vmax > 0.0) eu_min = min(eu_min, eu);
     const float inv_su = pow2(-eu);
     vec4 z[2];
-    FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
     [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
+    // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait
+    FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
     if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
       const Chunk k1 = chunk_of(b, h, c + 1u);
       next = fetch_operators(k1, tid);
