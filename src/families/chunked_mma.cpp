@@ -216,24 +216,18 @@ class ChunkedMatrix final : public Family {
   const LayerParams p_;
   gpu::Device& dev_;
   CommonKernels common_;
-  // spec with the matrix-unit shaders' FAST (specialization constant 7, shaders/matrix/mma.glsl)
-  std::vector<std::uint32_t> with_precision(std::vector<std::uint32_t> spec) const {
-    spec.resize(8, 0);
-    spec[7] = cfg_.precision == Precision::Fast ? 1u : 0u;
-    return spec;
-  }
   // The pipeline of a matrix-unit pass for the carried state (specialization constant 2: a build of
-  // its own, so that the plain build spends no registers on it), bfloat16 streams (constant 6) and
-  // the serial passes' workgroups per head (constant 8; the serial passes have a build per split),
-  // built at its first use (the plain builds with the family).
+  // its own, so that the plain build spends no registers on it), bfloat16 streams (constant 6), the
+  // precision (FAST, constant 7, shaders/matrix/mma.glsl) and the serial passes' workgroups per head
+  // (constant 8; the serial passes have a build per split), built at its first use (the plain builds
+  // with the family).
   template <class Bindings>
   const gpu::Pipeline& pipe(bool states, std::uint32_t bf16, std::uint32_t split) {
     auto& p = pipes_[{Bindings::kName, states, bf16, split}];
     if (!p) {
-      std::vector<std::uint32_t> spec = with_precision({32, kChunk, states ? 1u : 0u});
-      spec.resize(9, 0);
-      spec[6] = bf16;
-      spec[8] = split;
+      const std::uint32_t fast = cfg_.precision == Precision::Fast ? 1u : 0u;
+      // constants 0 .. 8: subgroup size, chunk, STATES, (3 .. 5 unused here), BF16, FAST, SPLIT
+      std::vector<std::uint32_t> spec{32, kChunk, states ? 1u : 0u, 0, 0, 0, bf16, fast, split};
       p = make_pipeline<Bindings>(dev_, std::move(spec), 32);
     }
     return *p;
