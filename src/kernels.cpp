@@ -31,12 +31,22 @@ std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderR
 }
 
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps) {
-  return {.conv_fwd = make_pipeline<bindings::conv_fwd>(dev, {conv_taps}),
-          .conv_bwd = make_pipeline<bindings::conv_bwd>(dev, {conv_taps}),
-          .gate_prep = make_pipeline<bindings::gate_prep>(dev),
-          .param_part = make_pipeline<bindings::param_part>(dev),
-          .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps}),
-          .conv_state_out = make_pipeline<bindings::conv_state_out>(dev)};
+  CommonKernels k{.gate_prep = make_pipeline<bindings::gate_prep>(dev),
+                  .param_part = make_pipeline<bindings::param_part>(dev),
+                  .param_sum = make_pipeline<bindings::param_sum>(dev, {conv_taps}),
+                  .conv_state_out = make_pipeline<bindings::conv_state_out>(dev),
+                  .dev = &dev,
+                  .conv_taps = conv_taps};
+  k.conv_fwd(0);
+  k.conv_bwd(0);
+  return k;
+}
+
+const gpu::Pipeline& CommonKernels::conv_fwd(std::uint32_t flags) const {
+  return *make_pipeline<bindings::conv_fwd>(*dev, conv_spec(conv_taps, flags));
+}
+const gpu::Pipeline& CommonKernels::conv_bwd(std::uint32_t flags) const {
+  return *make_pipeline<bindings::conv_bwd>(*dev, conv_spec(conv_taps, flags));
 }
 
 std::shared_ptr<gpu::Pipeline> build_to_bf16(gpu::Device& dev) {

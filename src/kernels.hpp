@@ -43,7 +43,8 @@ inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kS
 /// Push::flags of param_sum, as common.glsl's PARAM_ACCUMULATE.
 inline constexpr std::uint32_t kParamAccumulate = 16;
 /// The boundary streams that are bfloat16, which the passes read and write as such (common.glsl's
-/// BF16_QKV ..): Push::flags, and the matrix-unit passes' specialization constant BF16.
+/// BF16_QKV ..): Push::flags, and the specialization constant BF16 of the matrix-unit passes and
+/// the conv kernels.
 inline constexpr std::uint32_t kBf16Qkv = 32, kBf16Dqkv = 64, kBf16Z = 128, kBf16Out = 256, kBf16Dout = 512,
                                kBf16Dz = 1024, kBf16A = 2048, kBf16B = 4096;
 
@@ -72,10 +73,21 @@ ShaderRef shader() {
 std::string shared_why_not(const DeviceInfo& info, std::initializer_list<ShaderRef> shaders,
                            const std::vector<std::uint32_t>& spec, const std::string& hint);
 
+/// The conv kernels' specialization constants: 0 the taps, 6 the bfloat16 streams of Push::flags
+/// they read or write (kBf16Qkv, kBf16Dqkv; shaders/common/conv.glsl).
+inline std::vector<std::uint32_t> conv_spec(std::uint32_t conv_taps, std::uint32_t flags) {
+  return {conv_taps, 0, 0, 0, 0, 0, flags & (kBf16Qkv | kBf16Dqkv)};
+}
 /// Kernels every family uses: the conv (with the q/k l2 norms), the gate preparation, the conv's
 /// backward, the parameters' gradients (param_part, param_sum) and the conv state out.
 struct CommonKernels {
-  std::shared_ptr<gpu::Pipeline> conv_fwd, conv_bwd, gate_prep, param_part, param_sum, conv_state_out;
+  std::shared_ptr<gpu::Pipeline> gate_prep, param_part, param_sum, conv_state_out;
+  gpu::Device* dev = nullptr;
+  std::uint32_t conv_taps = 0;
+  /// The conv kernels for a call's Push::flags: one build per combination of its bfloat16 streams,
+  /// the float32 one made with the family, the others on first use (the device keeps them).
+  const gpu::Pipeline& conv_fwd(std::uint32_t flags) const;
+  const gpu::Pipeline& conv_bwd(std::uint32_t flags) const;
 };
 /// The rounding of a float32 stand-in into a bfloat16 tensor (shaders/common/to_bf16.comp): the
 /// layer's for da and db, which param_sum reads as float32.

@@ -31,8 +31,9 @@ layout(push_constant) uniform Push {
 #define STATE_DCONV_OUT 8u   // backward: the gradient of the conv state out given
 #define PARAM_ACCUMULATE 16u // param_sum: add to the parameters' gradients (a call run as parts)
 // The boundary streams that are bfloat16 (the host's kBf16*, src/kernels.hpp): the passes that read or
-// write one take its binding as bfloat16 pairs or quads too. The matrix-unit passes take these bits as
-// their specialization constant BF16 (shaders/matrix/mma.glsl), the others in pc.flags.
+// write one take its binding as bfloat16 pairs or quads too. The matrix-unit passes and the conv
+// kernels take these bits as their specialization constant BF16 (shaders/matrix/mma.glsl, conv.glsl),
+// the others in pc.flags.
 #define BF16_QKV 32u
 #define BF16_DQKV 64u
 #define BF16_Z 128u

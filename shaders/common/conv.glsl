@@ -6,6 +6,11 @@
 // The conv: pre[b,t,c] = sum_j conv[c,j] * qkv[b, t-(K-1)+j, c], where rows before the window are
 // conv_state's ([B, K-1, C], zero when none is given); y = silu(pre).
 layout(constant_id = 0) const uint KT = 4;  // conv taps (Config::conv_taps), fixed per pipeline
+// The boundary streams of the pass that are bfloat16 (common.glsl's BF16_QKV, BF16_DQKV), as the
+// matrix-unit passes take them (mma.glsl): fixed per pipeline, so that each build's loop holds only
+// its own loads (faster than the push constant's flags).
+layout(constant_id = 6) const uint BF16 = 0u;
+bool bf16(uint stream) { return (BF16 & stream) != 0u; }
 #ifndef TB
 #define TB 32u  // tokens per invocation (conv_bwd, faster than 16 or 8; conv_fwd, which holds its
                 // outputs until the norms are in: 8)
@@ -31,7 +36,7 @@ uint conv_at(ConvBlock k, int t) { return ((k.b * pc.t + uint(t)) * pc.c_dim) / 
 uint state_at(ConvBlock k, int r) { return ((k.b * (KT - 1u) + uint(r)) * pc.c_dim) / 4u + k.c4; }
 
 // qkv's channel quad at vec4 index i, float32 or (BF16_QKV) bfloat16.
-vec4 qkv_at(uint i) { return has(BF16_QKV) ? widen_bf16x4(qkv2[i]) : qkv4[i]; }
+vec4 qkv_at(uint i) { return bf16(BF16_QKV) ? widen_bf16x4(qkv2[i]) : qkv4[i]; }
 
 // The raw input at t >= -(K-1): qkv's row, or before the window conv_state's (zero without one).
 vec4 input_at(ConvBlock k, int t) {

@@ -78,7 +78,7 @@ void main() {
       vec4 acc = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
       if (has(STATE_DCONV_OUT) && u >= out_from) acc += dconv_out4[state_at(k, u - out_from)];
-      if (has(BF16_DQKV)) dqkv2[conv_at(k, u)] = round_bf16x4(acc);
+      if (bf16(BF16_DQKV)) dqkv2[conv_at(k, u)] = round_bf16x4(acc);
       else dqkv4[conv_at(k, u)] = acc;
     }
     [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];

@@ -34,7 +34,7 @@ class ChunkedMatrix final : public Family {
     pipe<bindings::chunk_factors>(false, 0, 1);
     pipe<bindings::chunk_pair_bwd_mma>(false, 0, 1);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
-    conv_bwd_yv_ = make_pipeline<bindings::conv_bwd_yv>(a.dev, {taps});
+    make_pipeline<bindings::conv_bwd_yv>(a.dev, conv_spec(taps, 0));
   }
 
   int interval(int) const override { return int(kChunk); }
@@ -201,7 +201,7 @@ class ChunkedMatrix final : public Family {
                pc, (rows + 3) / 4);
     r.mark("qk_bwd2");
     // dv = beta Yv, made as conv_bwd reads it (the pair pass left Yv, not dv, for the v channels)
-    r.dispatch(*conv_bwd_yv_,
+    r.dispatch(*make_pipeline<bindings::conv_bwd_yv>(dev_, conv_spec(std::uint32_t(cfg_.conv_taps), pc.flags)),
                bindings::conv_bwd_yv{.qkv = view(in.qkv), .conv = view(p_.conv), .dy = view(w[kDy]),
                                      .dqkv = view(g.dqkv), .dconv_part = view(dconv_part),
                                      .conv_state = view_or(in.conv_state, in.qkv),
@@ -250,7 +250,7 @@ class ChunkedMatrix final : public Family {
     if (!row_sums_) row_sums_ = make_pipeline<bindings::row_sums>(dev_, {}, 32);
     return *row_sums_;
   }
-  std::shared_ptr<gpu::Pipeline> qk_bwd_, conv_bwd_yv_, norm_fwd_, row_sums_;
+  std::shared_ptr<gpu::Pipeline> qk_bwd_, norm_fwd_, row_sums_;
 };
 
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {

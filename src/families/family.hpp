@@ -154,7 +154,7 @@ struct FamilyArgs {
 inline void record_conv_fwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                             const DeviceInputs& in, const gpu::Buffer& y, const gpu::Buffer& qkn, const gpu::Buffer& nq,
                             const Push& pc) {
-  r.dispatch(*k.conv_fwd,
+  r.dispatch(k.conv_fwd(pc.flags),
              bindings::conv_fwd{.qkv = view(in.qkv), .conv = view(p.conv), .y = view(y), .qkn = view(qkn), .nq = view(nq),
                                 .conv_state = view_or(in.conv_state, in.qkv)},
              pc,
@@ -173,7 +173,7 @@ inline void record_gate_prep(gpu::Recorder& r, const CommonKernels& k, const Con
 inline void record_conv_bwd(gpu::Recorder& r, const CommonKernels& k, const Config& cfg, const LayerParams& p,
                             const DeviceInputs& in, const gpu::Buffer& dy, const DeviceGrads& g,
                             const gpu::Buffer& dconv_part, const Tensor& dconv_out, const Push& pc) {
-  r.dispatch(*k.conv_bwd,
+  r.dispatch(k.conv_bwd(pc.flags),
              bindings::conv_bwd{.qkv = view(in.qkv), .conv = view(p.conv), .dy = view(dy), .dqkv = view(g.dqkv),
                                 .dconv_part = view(dconv_part), .conv_state = view_or(in.conv_state, in.qkv),
                                 .dconv_state = view(g.dconv_state), .dconv_out = view_or(dconv_out, in.qkv)},
