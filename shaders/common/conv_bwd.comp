@@ -64,13 +64,28 @@ void main() {
     x[j] = input_at(k, u_hi - int(KT - 1u) + int(j));
   // rows from T-(K-1) on were also the conv state out
   const int out_from = int(pc.t) - int(KT - 1u);
+#ifndef DV_FROM_YV
+  // The plain build loads u - 1's input and dy while it works on u's (the DV_FROM_YV build, whose
+  // dy of the v channels is two loads, measured slower so).
+  vec4 x_next = input_at(k, u_hi - int(KT - 1u)), dy_next = dy_at(k, u_hi);
+#endif
   for (int u = u_hi; u >= int(k.t0); --u) {
+#ifdef DV_FROM_YV
     x[0] = input_at(k, u - int(KT - 1u));
+    const vec4 dy_u = dy_at(k, u);
+#else
+    x[0] = x_next;
+    const vec4 dy_u = dy_next;
+    if (u > int(k.t0)) {
+      x_next = input_at(k, u - 1 - int(KT - 1u));
+      dy_next = dy_at(k, u - 1);
+    }
+#endif
     vec4 pre = vec4(0.0);
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
-    dp[KT - 1u] = dy_at(k, u) * silu_bwd(pre);
+    dp[KT - 1u] = dy_u * silu_bwd(pre);
     if (u < t_end)  // the block's own outputs (the halo's are its neighbour's)
       [[unroll]] for (uint j = 0u; j < KT; ++j) dw[j] = fma(dp[KT - 1u], x[j], dw[j]);
     // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
