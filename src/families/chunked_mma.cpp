@@ -34,7 +34,7 @@ class ChunkedMatrix final : public Family {
     pipe<bindings::chunk_factors>(false, 0, 1);
     pipe<bindings::chunk_pair_bwd_mma>(false, 0, 1);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {32}, 32);
-    make_pipeline<bindings::conv_bwd_yv>(a.dev, conv_spec(taps, 0));
+    make_pipeline<bindings::conv_bwd_yv>(a.dev, conv_spec(taps, 0));  // the float32 build (the device keeps it)
   }
 
   int interval(int) const override { return int(kChunk); }
