@@ -36,15 +36,16 @@ void main() {
     [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) {
       x[j] = input_at(k, int(k.t0) - int(KT - 1u) + int(j));
     }
+    // Every token's load is unconditional (a token past the window's end reads its last row and
+    // is dropped), so that the block's loads can all be in flight at once.
     [[unroll]] for (uint s = 0u; s < TB; ++s) {
-      y[s] = vec4(0.0);
-      if (k.t0 + s >= pc.t) continue;
-      const int t = int(k.t0 + s);
+      const bool in_window = k.t0 + s < pc.t;
+      const int t = int(min(k.t0 + s, pc.t - 1u));
       x[KT - 1u] = qkv_at(conv_at(k, t));
       vec4 pre = vec4(0.0);
       [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
-      y[s] = silu(pre);
-      if (!qk) y4[(y_at(k.b * pc.t + uint(t), 0u) + 4u * k.c4 - 2u * pc.nk * D) / 4u] = y[s];
+      y[s] = in_window ? silu(pre) : vec4(0.0);
+      if (!qk && in_window) y4[(y_at(k.b * pc.t + uint(t), 0u) + 4u * k.c4 - 2u * pc.nk * D) / 4u] = y[s];
       [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) x[j] = x[j + 1u];
     }
   }
