@@ -64,23 +64,38 @@ void main() {
     x[j] = input_at(k, u_hi - int(KT - 1u) + int(j));
   // rows from T-(K-1) on were also the conv state out
   const int out_from = int(pc.t) - int(KT - 1u);
-#ifndef DV_FROM_YV
-  // The plain build loads u - 1's input and dy while it works on u's (the DV_FROM_YV build, whose
-  // dy of the v channels is two loads, measured slower so).
-  vec4 x_next = input_at(k, u_hi - int(KT - 1u)), dy_next = dy_at(k, u_hi);
-#endif
-  for (int u = u_hi; u >= int(k.t0); --u) {
+  // The plain build loads u - 1's input and dy while it works on u's, a bfloat16 input carried as
+  // its bits and widened where it is used (widened at the load, the loop's back edge waits on it).
+  // The DV_FROM_YV build, whose dy of the v channels is two loads, measured slower loaded ahead.
 #ifdef DV_FROM_YV
-    x[0] = input_at(k, u - int(KT - 1u));
-    const vec4 dy_u = dy_at(k, u);
+  const bool ahead = false;
 #else
-    x[0] = x_next;
-    const vec4 dy_u = dy_next;
-    if (u > int(k.t0)) {
-      x_next = input_at(k, u - 1 - int(KT - 1u));
-      dy_next = dy_at(k, u - 1);
-    }
+  const bool ahead = true;
 #endif
+  const bool raw = bf16(BF16_QKV);
+  vec4 x_next = vec4(0.0), dy_next = vec4(0.0);
+  uvec2 x_next2 = uvec2(0u);  // x_next's bits, where raw and its token is in the window
+  int t_next = u_hi - int(KT - 1u);
+  if (ahead) {
+    if (raw && t_next >= 0) x_next2 = qkv2[conv_at(k, t_next)];
+    else x_next = input_at(k, t_next);
+    dy_next = dy_at(k, u_hi);
+  }
+  for (int u = u_hi; u >= int(k.t0); --u) {
+    vec4 dy_u;
+    if (ahead) {
+      x[0] = raw && t_next >= 0 ? widen_bf16x4(x_next2) : x_next;
+      dy_u = dy_next;
+      if (u > int(k.t0)) {
+        t_next = u - 1 - int(KT - 1u);
+        if (raw && t_next >= 0) x_next2 = qkv2[conv_at(k, t_next)];
+        else x_next = input_at(k, t_next);
+        dy_next = dy_at(k, u - 1);
+      }
+    } else {
+      x[0] = input_at(k, u - int(KT - 1u));
+      dy_u = dy_at(k, u);
+    }
     vec4 pre = vec4(0.0);
     [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
     // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
