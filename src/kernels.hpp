@@ -38,6 +38,11 @@ struct Push {
   float fpad0 = 0, fpad1 = 0, fpad2 = 0;
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
+/// Rows (b, t, v-head) per workgroup of the norm passes (norm_fwd2, norm_bwd2), as
+/// shaders/common/norm_rows.glsl's NORM_ROWS.
+inline constexpr std::uint32_t kNormRows = 4;
+/// Workgroups of a norm pass over `rows` rows.
+inline std::uint64_t norm_groups(std::uint64_t rows) { return (rows + kNormRows - 1) / kNormRows; }
 /// Push::flags, as common.glsl's STATE_*.
 inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
 /// Push::flags of param_sum, as common.glsl's PARAM_ACCUMULATE.

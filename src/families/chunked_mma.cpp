@@ -136,11 +136,11 @@ class ChunkedMatrix final : public Family {
                      pc, std::uint64_t(f.B) * cfg_.nv * sp);
         });
     r.mark("chunk_fwd_mma");  // the norm fused in where not split
-    if (sp > 1) {  // the norm from O (a workgroup per row)
+    if (sp > 1) {  // the norm from O (norm_fwd2: kNormRows rows a workgroup)
       r.dispatch(norm_fwd(),
                  bindings::norm_fwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .out = view(out),
                                      .inv = view(f[kInv])},
-                 pc, std::uint64_t(f.B) * f.T * cfg_.nv);
+                 pc, norm_groups(std::uint64_t(f.B) * f.T * cfg_.nv));
       r.mark("norm_fwd2");
     }
   }

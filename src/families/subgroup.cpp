@@ -43,8 +43,7 @@ void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in,
   r.dispatch(*norm_fwd2_,
              bindings::norm_fwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .out = view(out),
                                  .inv = view(f[kInv])},
-             pc,
-             std::uint64_t(f.B) * f.T * cfg_.nv);
+             pc, norm_groups(std::uint64_t(f.B) * f.T * cfg_.nv));
   r.mark("norm_fwd2");
 }
 
@@ -54,7 +53,7 @@ void ColumnSplitFamily::record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in
   r.dispatch(*norm_bwd2_,
              bindings::norm_bwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .inv = view(f[kInv]),
                                  .dout = view(dout), .dz = view(g.dz), .do_ = view(do_)},
-             pc, std::uint64_t(f.B) * f.T * cfg_.nv);
+             pc, norm_groups(std::uint64_t(f.B) * f.T * cfg_.nv));
   r.mark("norm_bwd2");
 }
 
