@@ -38,10 +38,10 @@ struct Push {
   float fpad0 = 0, fpad1 = 0, fpad2 = 0;
 };
 static_assert(sizeof(Push) == 64, "Push must match the GLSL push-constant block");
-/// Rows (b, t, v-head) per workgroup of the norm passes (norm_fwd2, norm_bwd2), as
-/// shaders/common/norm_rows.glsl's NORM_ROWS.
+/// Rows (b, t, v-head) per workgroup of norm_fwd2, as shaders/common/norm_rows.glsl's NORM_ROWS
+/// (norm_bwd2 takes a group of kParamRows rows a workgroup).
 inline constexpr std::uint32_t kNormRows = 4;
-/// Workgroups of a norm pass over `rows` rows.
+/// Workgroups of norm_fwd2 over `rows` rows.
 inline std::uint64_t norm_groups(std::uint64_t rows) { return (rows + kNormRows - 1) / kNormRows; }
 /// Push::flags, as common.glsl's STATE_*.
 inline constexpr std::uint32_t kStateH0 = 1, kStateConv = 2, kStateCarry = 4, kStateDconvOut = 8;
@@ -101,7 +101,8 @@ std::shared_ptr<gpu::Pipeline> build_to_bf16(gpu::Device& dev);
 CommonKernels build_common(gpu::Device& dev, std::uint32_t conv_taps);
 /// Tokens per invocation of conv_fwd and conv_bwd (TB in shaders/common/conv_fwd.comp, conv.glsl).
 constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
-/// Rows (b, t, v-head) per group of param_part (R in shaders/common/param_part.comp).
+/// Rows (b, t, v-head) per group of dnorm's shares: param_part's (R in shaders/common/param_part.comp) and
+/// norm_bwd2's (PARAM_ROWS in shaders/common/norm_bwd2.comp).
 constexpr std::uint64_t kParamRows = 64;
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
 /// (shaders/common/conv.glsl).

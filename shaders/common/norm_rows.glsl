@@ -1,9 +1,9 @@
-// The gated RMSNorm passes' layout (norm_fwd2, norm_bwd2): NORM_ROWS rows of D columns per
-// workgroup, D/4 invocations per row, each 4 neighbouring columns as a vec4 (whole-row vec4 loads
-// and stores, and a row's sum without a barrier where a subgroup holds whole rows).
+// The gated RMSNorm passes' layout (norm_fwd2, norm_bwd2): a workgroup works on NORM_ROWS rows of D
+// columns at a time, D/4 invocations per row, each 4 neighbouring columns as a vec4 (whole-row vec4
+// loads and stores, and a row's sum without a barrier where a subgroup holds whole rows).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#define NORM_ROWS 4u         // rows per workgroup (the host's kNormRows)
+#define NORM_ROWS 4u         // rows at a time (norm_fwd2's rows per workgroup: the host's kNormRows)
 #define NORM_LANES (D / 4u)  // invocations per row
 layout(local_size_x = 128) in;  // NORM_ROWS * NORM_LANES
 
@@ -20,7 +20,8 @@ uint norm_place() {
 
 // The sum of v over the invocations of row place / NORM_LANES, the same in each of them (each
 // butterfly step adds the same two values in every lane of a pair). Every invocation of the
-// workgroup calls it (it may meet at a barrier).
+// workgroup calls it (it may meet at a barrier); a second call must follow a barrier where
+// !rows_in_subgroups() (row_part is written again).
 float row_sum(float v, uint place) {
   if (rows_in_subgroups()) {
     [[unroll]] for (uint m = 1u; m < NORM_LANES; m *= 2u) v += subgroupShuffleXor(v, m);

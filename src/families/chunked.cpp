@@ -28,7 +28,7 @@ class Chunked final : public ColumnSplitFamily {
   // 32, the backward's stay within 20000 at intervals 1 to 16
   int loop_iterations_per_token() const override { return 5; }
 
-  enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy };
+  enum Bwd { kDo, kDqk, kDu, kDsc, kW, kPairs, kSdot, kTm, kLgc, kDy, kDnorm };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
     const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, cs = interval(T);
     const int nseg = (T + interval(T) - 1) / interval(T);
@@ -42,14 +42,18 @@ class Chunked final : public ColumnSplitFamily {
             {"<dS, S0> per chunk", chunks},
             {"T per chunk", BT * nv * cs},
             {"cumulative log gates per chunk", 2 * BT * nv},  // hi, lo (shaders/chunked/chunk.glsl)
-            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
+            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())},
+            dnorm_part_decl(B, T, int(nv))};
+  }
+  DnormParts dnorm_parts(const BufferSet& w) const override {
+    return {&w[kDnorm], dnorm_groups(w.B, w.T, int(cfg_.nv))};
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
                        const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
     const Push pc = push(cfg_, f.B, f.T, true, s);
     const std::uint64_t heads = std::uint64_t(f.B) * cfg_.nv, chunks = heads * pc.nseg;
-    record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
+    record_norm_bwd(r, in, f, dout, g, w[kDo], w[kDnorm], pc);
     r.dispatch(*chunk_prep_,
                bindings::chunk_prep{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                     .wm = view(w[kW]), .tm = view(w[kTm]), .do_ = view(w[kDo]), .du = view(w[kDu]),

@@ -24,9 +24,19 @@ class ColumnSplitFamily : public Family {
   const CommonKernels& common_kernels() const override { return common_; }
 
  protected:
-  /// The norm's backward: dz and dO (into do_) from dout.
+  /// The norm's backward: dz and dO (into do_) from dout, and dnorm's share of each group of
+  /// kParamRows rows (into dnorm_part, [groups, D]: the layer runs no param_part).
   void record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
-                       const DeviceGrads& g, const gpu::Buffer& do_, const Push& pc) const;
+                       const DeviceGrads& g, const gpu::Buffer& do_, const gpu::Buffer& dnorm_part,
+                       const Push& pc) const;
+  /// The backward workspace's buffer for dnorm's shares: groups of kParamRows rows, D each.
+  static BufferDecl dnorm_part_decl(int B, int T, int nv) {
+    return {"dnorm per group of rows", dnorm_groups(B, T, nv) * kD};
+  }
+  static std::uint64_t dnorm_groups(int B, int T, int nv) {
+    return (std::uint64_t(B) * T * nv + kParamRows - 1) / kParamRows;
+  }
+  bool leaves_dnorm_parts() const override { return true; }
 
   /// qk_bwd2 (either build: QkBwd is its gdn::bindings struct): the records' dq^, dk^ through the
   /// l2 norms into dy, da and db.

@@ -49,11 +49,12 @@ void ColumnSplitFamily::record_forward(gpu::Recorder& r, const DeviceInputs& in,
 
 void ColumnSplitFamily::record_norm_bwd(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f,
                                         const Tensor& dout, const DeviceGrads& g, const gpu::Buffer& do_,
-                                        const Push& pc) const {
+                                        const gpu::Buffer& dnorm_part, const Push& pc) const {
   r.dispatch(*norm_bwd2_,
              bindings::norm_bwd2{.o = view(f[kO]), .z = view(in.z), .norm = view(p_.norm), .inv = view(f[kInv]),
-                                 .dout = view(dout), .dz = view(g.dz), .do_ = view(do_)},
-             pc, norm_groups(std::uint64_t(f.B) * f.T * cfg_.nv));
+                                 .dout = view(dout), .dz = view(g.dz), .do_ = view(do_),
+                                 .dnorm_part = view(dnorm_part)},
+             pc, dnorm_groups(f.B, f.T, int(cfg_.nv)));
   r.mark("norm_bwd2");
 }
 
@@ -94,18 +95,22 @@ class Subgroup final : public ColumnSplitFamily {
   // the backward's after 16713 at interval 8 and 14171 at 16 (3.9, 4.6 a token)
   int loop_iterations_per_token() const override { return 7; }
 
-  enum Bwd { kDo, kDqk, kDy };
+  enum Bwd { kDo, kDqk, kDy, kDnorm };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
     const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv;
     return {{"do (grad of o)", BT * nv * kD},
             {"dqk partials", BT * nv * kColumnBlocks * kPartialWords},  // [B, T, nv][4][257]
-            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())}};
+            {"dy (conv output grad)", BT * std::size_t(cfg_.channels())},
+            dnorm_part_decl(B, T, int(nv))};
+  }
+  DnormParts dnorm_parts(const BufferSet& w) const override {
+    return {&w[kDnorm], dnorm_groups(w.B, w.T, int(cfg_.nv))};
   }
 
   void record_backward(gpu::Recorder& r, const DeviceInputs& in, const BufferSet& f, const Tensor& dout,
                        const DeviceGrads& g, const BufferSet& w, const gpu::Buffer& dconv_part, const States& s) override {
     const Push pc = push(cfg_, f.B, f.T, true, s);
-    record_norm_bwd(r, in, f, dout, g, w[kDo], pc);
+    record_norm_bwd(r, in, f, dout, g, w[kDo], w[kDnorm], pc);
     const gpu::Pipeline& rec_bwd2 = backward_for(pc.cs);
     backward_build(dev_.info(), pc.cs).with_bindings([&]<class B>(B) {
       r.dispatch(rec_bwd2,
