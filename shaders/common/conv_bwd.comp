@@ -44,6 +44,16 @@ vec4 dy_at(ConvBlock k, int t) {
   return dy4[conv_at(k, t)];
 }
 
+// The input at raw position t loaded ahead of its use: a bfloat16 row in the window as its bits
+// (widened where used by fetched_input), any other as float32.
+void fetch_input(ConvBlock k, int t, inout vec4 x, inout uvec2 x2) {
+  if (bf16(BF16_QKV) && t >= 0) x2 = qkv2[conv_at(k, t)];
+  else x = input_at(k, t);
+}
+vec4 fetched_input(int t, vec4 x, uvec2 x2) {
+  return bf16(BF16_QKV) && t >= 0 ? widen_bf16x4(x2) : x;
+}
+
 void main() {
   ConvBlock k;
   if (!conv_block(k)) return;
@@ -72,24 +82,19 @@ void main() {
 #else
   const bool ahead = true;
 #endif
-  const bool raw = bf16(BF16_QKV);
-  vec4 x_next = vec4(0.0), dy_next = vec4(0.0);
-  uvec2 x_next2 = uvec2(0u);  // x_next's bits, where raw and its token is in the window
-  int t_next = u_hi - int(KT - 1u);
+  vec4 x_next = vec4(0.0), dy_next = vec4(0.0);  // u's input (u - (K-1)) and dy, loaded ahead
+  uvec2 x_next2 = uvec2(0u);
   if (ahead) {
-    if (raw && t_next >= 0) x_next2 = qkv2[conv_at(k, t_next)];
-    else x_next = input_at(k, t_next);
+    fetch_input(k, u_hi - int(KT - 1u), x_next, x_next2);
     dy_next = dy_at(k, u_hi);
   }
   for (int u = u_hi; u >= int(k.t0); --u) {
     vec4 dy_u;
     if (ahead) {
-      x[0] = raw && t_next >= 0 ? widen_bf16x4(x_next2) : x_next;
+      x[0] = fetched_input(u - int(KT - 1u), x_next, x_next2);
       dy_u = dy_next;
       if (u > int(k.t0)) {
-        t_next = u - 1 - int(KT - 1u);
-        if (raw && t_next >= 0) x_next2 = qkv2[conv_at(k, t_next)];
-        else x_next = input_at(k, t_next);
+        fetch_input(k, u - 1 - int(KT - 1u), x_next, x_next2);
         dy_next = dy_at(k, u - 1);
       }
     } else {
