@@ -104,6 +104,8 @@ constexpr std::uint64_t kConvFwdTokens = 8, kConvBwdTokens = 32;
 /// Rows (b, t, v-head) per group of dnorm's shares: param_part's (R in shaders/common/param_part.comp) and
 /// norm_bwd2's (PARAM_ROWS in shaders/common/norm_bwd2.comp).
 constexpr std::uint64_t kParamRows = 64;
+/// Groups of kParamRows rows over `rows` rows (param_part's and norm_bwd2's workgroups).
+inline std::uint64_t param_groups(std::uint64_t rows) { return (rows + kParamRows - 1) / kParamRows; }
 /// Workgroups of 64 invocations for B windows of T tokens and C channels, `tokens` per invocation
 /// (shaders/common/conv.glsl).
 inline std::uint64_t conv_groups(std::uint64_t B, std::uint64_t T, std::uint64_t C, std::uint64_t tokens) {

@@ -72,7 +72,7 @@ void LayerImpl::record_param_grads(gpu::Recorder& r, const Work& w, const TapeSt
   Family::DnormParts dn = family->dnorm_parts(w.bwd);
   if (!dn.buffer) {
     const std::uint64_t rows = std::uint64_t(st.fwd.B) * st.fwd.T * cfg.nv;
-    dn = {&param_work[1], (rows + kParamRows - 1) / kParamRows};
+    dn = {&param_work[1], param_groups(rows)};
     r.dispatch(*k.param_part,
                bindings::param_part{.dout = view(dout), .o = view(t.o), .inv = view(t.inv), .z = view(z),
                                     .part = view(param_work[1])},

@@ -249,7 +249,7 @@ struct LayerImpl {
   std::vector<BufferDecl> param_buffers(int B, int T) const {
     const std::size_t blocks = std::size_t(B) * ((T + kConvBwdTokens - 1) / kConvBwdTokens);
     const std::size_t groups =
-        family->leaves_dnorm_parts() ? 0 : (std::size_t(B) * T * cfg.nv + kParamRows - 1) / kParamRows;
+        family->leaves_dnorm_parts() ? 0 : param_groups(std::uint64_t(B) * T * cfg.nv);
     return {{"dconv per block", blocks * cfg.conv_taps * std::size_t(cfg.channels())},
             {"dnorm per group of rows", std::max<std::size_t>(groups * kHeadDim, 1)}};
   }

@@ -34,7 +34,7 @@ class ColumnSplitFamily : public Family {
     return {"dnorm per group of rows", dnorm_groups(B, T, nv) * kD};
   }
   static std::uint64_t dnorm_groups(int B, int T, int nv) {
-    return (std::uint64_t(B) * T * nv + kParamRows - 1) / kParamRows;
+    return param_groups(std::uint64_t(B) * T * nv);
   }
   bool leaves_dnorm_parts() const override { return true; }
 
