@@ -26,7 +26,8 @@ struct DeviceInfo {
   std::uint64_t min_storage_buffer_offset_alignment = 1;
   std::uint32_t max_shared_memory = 0;     // maxComputeSharedMemorySize, bytes
   std::uint32_t max_workgroup_count[3] = {0, 0, 0};
-  std::uint32_t max_workgroup_invocations = 0;
+  std::uint32_t max_workgroup_invocations = 0;  // maxComputeWorkGroupInvocations
+  std::uint32_t max_workgroup_size_x = 0;       // maxComputeWorkGroupSize[0] (gdn's workgroups are 1-D)
   std::uint32_t max_storage_buffers_per_stage = 0;  // maxPerStageDescriptorStorageBuffers
   double timestamp_period_ns = 0;    // 0: no timestamps on the compute queue
   /// The loop iterations one shader invocation may make in all, where the driver stops its loops

@@ -10,7 +10,12 @@
 // The chunk's rows pass through shared memory SUB at a time (a round), each round's operands loaded
 // during the round before.
 #include "common.glsl"
-layout(local_size_x = 256) in;
+#ifdef WIDE
+#define WG 512u  // invocations: 16 rows a round, 8 columns each in the update (45 KB of shared memory)
+#else
+#define WG 256u  // 8 rows a round, 16 columns each (fits 32 KB of shared memory)
+#endif
+layout(local_size_x = WG) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
@@ -27,7 +32,8 @@ layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, n
 
 #define COLS 32u      // state columns per workgroup
 #define NWG 4u        // workgroups per (window, head)
-#define SUB 8u        // chunk rows per round: SUB * D/4 = SUB * COLS = 256, one vec4 and one float per invocation
+#define SUB (WG / COLS)  // chunk rows per round: SUB * D/4 = SUB * COLS = WG, one vec4 and one float per invocation
+#define CPI (COLS * D / WG)  // the update: columns of dS per invocation
 #define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
 
 shared float ds[COLS * DSP];  // dS [column j][row r]
@@ -37,7 +43,7 @@ shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [r
 // One thread's share of a round's operands, loaded a round ahead (software pipelining: the loads of
 // the next round are in flight while this one computes).
 struct Round {
-  vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = 256)
+  vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
   float dO, pdo; // dO and P^T dO of row tid / COLS, column tid % COLS
 };
 
@@ -67,11 +73,11 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint bh = wg / NWG, blk = wg % NWG;
   const uint slots = max(nch, 2u) - 1u;
-  for (uint e = tid; e < COLS * D; e += 256u) {
+  for (uint e = tid; e < COLS * D; e += WG) {
     const uint j = e / D, rr = e % D;
     ds[j * DSP + rr] = has(STATE_CARRY) ? dht[(bh * D + rr) * D + blk * COLS + j] : 0.0;
   }
-  const uint r = tid % D, jg = tid / D;        // the update: column r of dS, 16 columns jg*16 ..
+  const uint r = tid % D, jg = tid / D;        // the update: row r of dS, CPI columns jg*CPI ..
   const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
   vec2 lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : vec2(0.0);
@@ -88,12 +94,12 @@ void main() {
     const float lgam = lg_of(CH - 1u);
     // The chunk's end-state gradient, for chunk_values (the last chunk's is dht: not stored).
     if (k.c + 1u < nch)
-      for (uint e = tid; e < COLS * D; e += 256u) {
+      for (uint e = tid; e < COLS * D; e += WG) {
         const uint j = e / D, rr = e % D;
         dsc[((bh * slots + k.c) * D + blk * COLS + j) * D + rr] = ds[j * DSP + rr];
       }
-    float acc[16];
-    [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) acc[jj] = exp(lgam) * ds[(jg * 16u + jj) * DSP + r];
+    float acc[CPI];
+    [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) acc[jj] = exp(lgam) * ds[(jg * CPI + jj) * DSP + r];
 
     for (uint i0 = 0u; i0 < k.L; i0 += SUB) {
       barrier();  // the previous round's readers are done
@@ -126,18 +132,18 @@ void main() {
       for (uint il = 0u; il < SUB; ++il) {
         const float qv = sq[il * (D / 4u) + r / 4u][r % 4u];
         const float wv = sw[il * (D / 4u) + r / 4u][r % 4u];
-        [[unroll]] for (uint j4 = 0u; j4 < 4u; ++j4) {
-          const uint at = (il * COLS + jg * 16u) / 4u + j4;
+        [[unroll]] for (uint j4 = 0u; j4 < CPI / 4u; ++j4) {
+          const uint at = (il * COLS + jg * CPI) / 4u + j4;
           const vec4 a = sdo[at], b = sdu[at];
           [[unroll]] for (uint l = 0u; l < 4u; ++l) acc[4u * j4 + l] = fma(qv, a[l], fma(-wv, b[l], acc[4u * j4 + l]));
         }
       }
     }
     barrier();  // every dU of the chunk has read the old dS
-    [[unroll]] for (uint jj = 0u; jj < 16u; ++jj) ds[(jg * 16u + jj) * DSP + r] = acc[jj];
+    [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) ds[(jg * CPI + jj) * DSP + r] = acc[jj];
   }
   barrier();
-  for (uint e = tid; e < COLS * D && has(STATE_H0); e += 256u) {
+  for (uint e = tid; e < COLS * D && has(STATE_H0); e += WG) {
     const uint j = e / D, rr = e % D;
     dh0[(bh * D + rr) * D + blk * COLS + j] = ds[j * DSP + rr];
   }

@@ -155,6 +155,7 @@ int run_info(const std::vector<std::string>& args, std::ostream& out, std::ostre
   row("max workgroup count") << d.max_workgroup_count[0] << " x " << d.max_workgroup_count[1] << " x "
                              << d.max_workgroup_count[2] << '\n';
   row("max workgroup invocations") << d.max_workgroup_invocations << '\n';
+  row("max workgroup size x") << d.max_workgroup_size_x << '\n';
   row("storage buffers / stage") << d.max_storage_buffers_per_stage << '\n';
   {
     auto& o = row("device-local heaps");

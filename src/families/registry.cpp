@@ -12,9 +12,10 @@ std::span<const FamilyEntry> registry() {
 }
 
 std::string workgroup_why_not(const DeviceInfo& info) {
-  if (info.max_workgroup_invocations >= 256) return "";
-  return "the device allows " + std::to_string(info.max_workgroup_invocations) +
-         " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations)";
+  if (info.max_workgroup_invocations >= 256 && info.max_workgroup_size_x >= 256) return "";
+  return "the device allows " + std::to_string(std::min(info.max_workgroup_invocations, info.max_workgroup_size_x)) +
+         " invocations per workgroup; gdn's kernels need 256 (maxComputeWorkGroupInvocations, "
+         "maxComputeWorkGroupSize[0])";
 }
 
 }  // namespace gdn::detail

@@ -102,6 +102,7 @@ DeviceInfo read_info(const vk::raii::PhysicalDevice& pd, std::uint32_t index) {
   info.max_shared_memory = props.limits.maxComputeSharedMemorySize;
   for (int i = 0; i < 3; ++i) info.max_workgroup_count[i] = props.limits.maxComputeWorkGroupCount[i];
   info.max_workgroup_invocations = props.limits.maxComputeWorkGroupInvocations;
+  info.max_workgroup_size_x = props.limits.maxComputeWorkGroupSize[0];
   info.max_storage_buffers_per_stage = props.limits.maxPerStageDescriptorStorageBuffers;
 
   vk::PhysicalDeviceSubgroupProperties sg{};
