@@ -9,6 +9,7 @@
 // dU and the chunk's dS (before the update) leave for chunk_values and chunk_grads, which do the rest in parallel.
 // The chunk's rows pass through shared memory SUB at a time (a round), each round's operands loaded
 // during the round before.
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #ifdef WIDE
 #define WG 512u  // invocations: 16 rows a round, 8 columns each in the update (45 KB of shared memory)
@@ -44,8 +45,26 @@ shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [r
 // the next round are in flight while this one computes).
 struct Round {
   vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
-  float dO, pdo; // dO and P^T dO of row tid / COLS, column tid % COLS
+  float dO;      // dO of row tid / COLS, column tid % COLS
+  float pdo;     // P^T dO of row du_row(tid), column du_col(tid)
 };
+
+// dU's layout: octet o = tid / 8 (8 lanes of one subgroup) makes rows 8 (o / COLS) .. + 7 of column
+// o % COLS, lane rg = tid % 8 summing over the rows r of its vec4s r4 = rg + 8 m; the octet's sums
+// end in lane rg as row 8 (o / COLS) + rg.
+uint du_row(uint tid) { return tid / 8u / COLS * 8u + tid % 8u; }
+uint du_col(uint tid) { return tid / 8u % COLS; }
+
+// Sums p[ii] over the 8 lanes of an octet; lane rg gets row rg's total (transpose-reduce: 7 shuffles).
+float octet_sum(float p[8], uint rg) {
+  float a[4], c[2];
+  const bool b2 = (rg & 4u) != 0u, b1 = (rg & 2u) != 0u, b0 = (rg & 1u) != 0u;
+  [[unroll]] for (uint l = 0u; l < 4u; ++l)
+    a[l] = (b2 ? p[l + 4u] : p[l]) + subgroupShuffleXor(b2 ? p[l] : p[l + 4u], 4u);
+  [[unroll]] for (uint l = 0u; l < 2u; ++l)
+    c[l] = (b1 ? a[l + 2u] : a[l]) + subgroupShuffleXor(b1 ? a[l] : a[l + 2u], 2u);
+  return (b0 ? c[1] : c[0]) + subgroupShuffleXor(b0 ? c[0] : c[1], 1u);
+}
 
 Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   Round f;
@@ -58,11 +77,9 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
     f.w = w4[head_row(k, i) * (D / 4u) + r4];
   }
   const uint iu = i0 + tid / COLS;
-  if (iu < k.L) {
-    const uint g = head_row(k, iu) * D + blk * COLS + tid % COLS;
-    f.dO = do_in[g];
-    f.pdo = du[g];
-  }
+  if (iu < k.L) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
+  const uint id = i0 + du_row(tid);
+  if (id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + du_col(tid)];
   return f;
 }
 
@@ -78,7 +95,7 @@ void main() {
     ds[j * DSP + rr] = has(STATE_CARRY) ? dht[(bh * D + rr) * D + blk * COLS + j] : 0.0;
   }
   const uint r = tid % D, jg = tid / D;        // the update: row r of dS, CPI columns jg*CPI ..
-  const uint ju = tid % COLS, iu = tid / COLS;  // dU: column ju, row iu of the round's rows
+  const uint ju = du_col(tid), iu = du_row(tid), rg = tid % 8u;  // dU: column ju, row iu of the round's rows
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
   vec2 lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : vec2(0.0);
 
@@ -113,19 +130,27 @@ void main() {
       barrier();
       // dU[i][j] = (P^T dO)[i][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
       {
+        // (ds and sk reads conflict-free: a subgroup's 4 octets take 4 adjacent columns, DSP odd;
+        // an octet's lanes 8 adjacent vec4s of a row, shared by the 4 octets)
+        float p[8];
+        [[unroll]] for (uint ii = 0u; ii < 8u; ++ii) p[ii] = 0.0;
+        const uint ib = iu - rg;  // the octet's first row
+        [[unroll]] for (uint m = 0u; m < D / 32u; ++m) {
+          const uint r4 = rg + 8u * m, at = ju * DSP + 4u * r4;
+          const vec4 d4 = vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]);
+          [[unroll]] for (uint ii = 0u; ii < 8u; ++ii) {
+            const vec4 k4 = sk[(ib + ii) * (D / 4u) + r4];
+            p[ii] = fma(k4.x, d4.x, fma(k4.y, d4.y, fma(k4.z, d4.z, fma(k4.w, d4.w, p[ii]))));
+          }
+        }
+        const float a = octet_sum(p, rg);
         const uint i = i0 + iu;
         float x = 0.0;
         if (i < k.L) {
-          vec4 a4 = vec4(0.0);  // four independent chains instead of one of 128 FMAs
-          for (uint r4 = 0u; r4 < D / 4u; ++r4) {
-            const uint at = ju * DSP + 4u * r4;
-            a4 = fma(sk[iu * (D / 4u) + r4], vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]), a4);
-          }
-          const float a = (a4.x + a4.y) + (a4.z + a4.w);
           x = cur.pdo + exp(lgd(CH - 1u, i)) * a;
           du[head_row(k, i) * D + blk * COLS + ju] = x;
         }
-        sdu[tid / 4u][tid % 4u] = x;
+        sdu[(iu * COLS + ju) / 4u][ju % 4u] = x;
       }
       barrier();
       // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows

@@ -28,7 +28,7 @@ class Chunked final : public ColumnSplitFamily {
     const std::uint32_t ch = std::uint32_t(cfg_.checkpoint_interval);
     chunk_prep_ = make_pipeline<bindings::chunk_prep>(a.dev, {sg_, ch});
     wide_dstate_ = wide_dstate_fits(a.dev.info(), {sg_, ch});
-    chunk_dstate_ = with_dstate(wide_dstate_, [&]<class B>(B) { return make_pipeline<B>(a.dev, {sg_, ch}); });
+    chunk_dstate_ = with_dstate(wide_dstate_, [&]<class B>(B) { return make_pipeline<B>(a.dev, {sg_, ch}, sg_); });
     chunk_values_ = make_pipeline<bindings::chunk_values>(a.dev, {sg_, ch}, sg_);
     chunk_grads_ = make_pipeline<bindings::chunk_grads>(a.dev, {sg_, ch}, sg_);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {sg_}, sg_);
