@@ -1,9 +1,9 @@
 #version 460
 // Chunked backward, pass 2 of 4: the only serial pass. One workgroup per (window b, v-head h, block
-// of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
+// of 16 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
 // after the window dht with STATE_CARRY, else zero) in shared memory, and leaves the last (the
-// gradient of the window's start state) in dh0, where h0 was given. Columns are independent here, as in the forward. Per chunk
-// (chunk.glsl for W, lg):
+// gradient of the window's start state) in dh0, where h0 was given. Columns are independent here.
+// Per chunk (chunk.glsl for W, lg):
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
 // dU and the chunk's dS (before the update) leave for chunk_values and chunk_grads, which do the rest in parallel.
@@ -11,11 +11,7 @@
 // during the round before.
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
-#ifdef WIDE
-#define WG 512u  // invocations: 16 rows a round, 8 columns each in the update (45 KB of shared memory)
-#else
-#define WG 256u  // 8 rows a round, 16 columns each (fits 32 KB of shared memory)
-#endif
+#define WG 256u  // invocations
 layout(local_size_x = WG) in;
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
@@ -31,9 +27,13 @@ layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, n
 #define CHUNK_NO_GATES
 #include "chunk.glsl"
 
-#define COLS 32u      // state columns per workgroup
-#define NWG 4u        // workgroups per (window, head)
-#define SUB (WG / COLS)  // chunk rows per round: SUB * D/4 = SUB * COLS = WG, one vec4 and one float per invocation
+// 16 columns a workgroup (8 per head) rather than 32: the workgroup's 21 KB of shared memory and
+// 127 registers let two share a multiprocessor, each with its own barriers, and a call of few
+// windows has twice the workgroups
+#define COLS 16u        // state columns per workgroup
+#define NWG (D / COLS)  // workgroups per (window, head)
+#define SUB (WG / (D / 4u))  // chunk rows per round: SUB * D/4 = WG, one vec4 per invocation
+#define RPO (COLS / 4u)      // dU: rows per octet (SUB * COLS outputs over WG / 8 octets)
 #define CPI (COLS * D / WG)  // the update: columns of dS per invocation
 #define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
 
@@ -45,25 +45,25 @@ shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [r
 // the next round are in flight while this one computes).
 struct Round {
   vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
-  float dO;      // dO of row tid / COLS, column tid % COLS
+  float dO;      // dO of row tid / COLS, column tid % COLS (tid < SUB * COLS)
   float pdo;     // P^T dO of row du_row(tid), column du_col(tid)
 };
 
-// dU's layout: octet o = tid / 8 (8 lanes of one subgroup) makes rows 8 (o / COLS) .. + 7 of column
-// o % COLS, lane rg = tid % 8 summing over the rows r of its vec4s r4 = rg + 8 m; the octet's sums
-// end in lane rg as row 8 (o / COLS) + rg.
-uint du_row(uint tid) { return tid / 8u / COLS * 8u + tid % 8u; }
+// dU's layout: octet o = tid / 8 (8 lanes of one subgroup) makes rows RPO (o / COLS) .. + RPO-1 of
+// column o % COLS, lane rg = tid % 8 summing over the rows r of its vec4s r4 = rg + 8 m; the octet's
+// sums end in lane rg as row RPO (o / COLS) + rg / (8 / RPO).
+uint du_row(uint tid) { return tid / 8u / COLS * RPO + tid % 8u / (8u / RPO); }
 uint du_col(uint tid) { return tid / 8u % COLS; }
 
-// Sums p[ii] over the 8 lanes of an octet; lane rg gets row rg's total (transpose-reduce: 7 shuffles).
-float octet_sum(float p[8], uint rg) {
-  float a[4], c[2];
-  const bool b2 = (rg & 4u) != 0u, b1 = (rg & 2u) != 0u, b0 = (rg & 1u) != 0u;
-  [[unroll]] for (uint l = 0u; l < 4u; ++l)
-    a[l] = (b2 ? p[l + 4u] : p[l]) + subgroupShuffleXor(b2 ? p[l] : p[l + 4u], 4u);
+// Sums p[ii] (RPO = 4 rows) over the 8 lanes of an octet (transpose-reduce: 4 shuffles); lanes rg
+// and rg ^ 1 both get row rg / 2's total.
+float octet_sum(float p[RPO], uint rg) {
+  float a[2];
+  const bool b2 = (rg & 4u) != 0u, b1 = (rg & 2u) != 0u;
   [[unroll]] for (uint l = 0u; l < 2u; ++l)
-    c[l] = (b1 ? a[l + 2u] : a[l]) + subgroupShuffleXor(b1 ? a[l] : a[l + 2u], 2u);
-  return (b0 ? c[1] : c[0]) + subgroupShuffleXor(b0 ? c[0] : c[1], 1u);
+    a[l] = (b2 ? p[l + 2u] : p[l]) + subgroupShuffleXor(b2 ? p[l] : p[l + 2u], 4u);
+  const float c = (b1 ? a[1] : a[0]) + subgroupShuffleXor(b1 ? a[0] : a[1], 2u);
+  return c + subgroupShuffleXor(c, 1u);
 }
 
 Round fetch(Chunk k, uint i0, uint tid, uint blk) {
@@ -77,7 +77,7 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
     f.w = w4[head_row(k, i) * (D / 4u) + r4];
   }
   const uint iu = i0 + tid / COLS;
-  if (iu < k.L) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
+  if (iu < k.L && tid < SUB * COLS) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
   const uint id = i0 + du_row(tid);
   if (id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + du_col(tid)];
   return f;
@@ -124,7 +124,7 @@ void main() {
       sk[tid] = cur.k;
       sq[tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
       sw[tid] = cur.w;
-      sdo[tid / 4u][tid % 4u] = cur.dO;
+      if (tid < SUB * COLS) sdo[tid / 4u][tid % 4u] = cur.dO;
       if (i0 + SUB < k.L) next = fetch(k, i0 + SUB, tid, blk);
       else if (k.c > 0u) next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), 0u, tid, blk);
       barrier();
@@ -132,25 +132,26 @@ void main() {
       {
         // (ds and sk reads conflict-free: a subgroup's 4 octets take 4 adjacent columns, DSP odd;
         // an octet's lanes 8 adjacent vec4s of a row, shared by the 4 octets)
-        float p[8];
-        [[unroll]] for (uint ii = 0u; ii < 8u; ++ii) p[ii] = 0.0;
-        const uint ib = iu - rg;  // the octet's first row
+        float p[RPO];
+        [[unroll]] for (uint ii = 0u; ii < RPO; ++ii) p[ii] = 0.0;
+        const uint ib = iu - rg / (8u / RPO);  // the octet's first row
         [[unroll]] for (uint m = 0u; m < D / 32u; ++m) {
           const uint r4 = rg + 8u * m, at = ju * DSP + 4u * r4;
           const vec4 d4 = vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]);
-          [[unroll]] for (uint ii = 0u; ii < 8u; ++ii) {
+          [[unroll]] for (uint ii = 0u; ii < RPO; ++ii) {
             const vec4 k4 = sk[(ib + ii) * (D / 4u) + r4];
             p[ii] = fma(k4.x, d4.x, fma(k4.y, d4.y, fma(k4.z, d4.z, fma(k4.w, d4.w, p[ii]))));
           }
         }
         const float a = octet_sum(p, rg);
         const uint i = i0 + iu;
+        const bool writer = rg % (8u / RPO) == 0u;  // one lane of those holding the row's total
         float x = 0.0;
         if (i < k.L) {
           x = cur.pdo + exp(lgd(CH - 1u, i)) * a;
-          du[head_row(k, i) * D + blk * COLS + ju] = x;
+          if (writer) du[head_row(k, i) * D + blk * COLS + ju] = x;
         }
-        sdu[(iu * COLS + ju) / 4u][ju % 4u] = x;
+        if (writer) sdu[(iu * COLS + ju) / 4u][ju % 4u] = x;
       }
       barrier();
       // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows

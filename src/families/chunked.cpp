@@ -11,24 +11,15 @@ namespace {
 /// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
 constexpr std::uint32_t kChunkRecordWords = 258;
 
-// chunk_dstate's two builds: 512 invocations (twice the warps a multiprocessor keeps busy, for 45 KB
-// of shared memory) where the device holds them, else 256. They differ in type, not in fields.
-bool wide_dstate_fits(const DeviceInfo& info, const std::vector<std::uint32_t>& spec) {
-  return info.max_workgroup_invocations >= 512 && info.max_workgroup_size_x >= 512 &&
-         shared_why_not(info, {shader<bindings::chunk_dstate_wide>()}, spec, "").empty();
-}
-template <class F>
-decltype(auto) with_dstate(bool wide, F&& f) {
-  return wide ? f(bindings::chunk_dstate_wide{}) : f(bindings::chunk_dstate{});
-}
+/// chunk_dstate's workgroups per (window, v-head): 16 state columns each (shaders/chunked/chunk_dstate.comp).
+constexpr std::uint32_t kDstateBlocks = 8;
 
 class Chunked final : public ColumnSplitFamily {
  public:
   explicit Chunked(const FamilyArgs& a) : ColumnSplitFamily(a) {
     const std::uint32_t ch = std::uint32_t(cfg_.checkpoint_interval);
     chunk_prep_ = make_pipeline<bindings::chunk_prep>(a.dev, {sg_, ch});
-    wide_dstate_ = wide_dstate_fits(a.dev.info(), {sg_, ch});
-    chunk_dstate_ = with_dstate(wide_dstate_, [&]<class B>(B) { return make_pipeline<B>(a.dev, {sg_, ch}, sg_); });
+    chunk_dstate_ = make_pipeline<bindings::chunk_dstate>(a.dev, {sg_, ch}, sg_);
     chunk_values_ = make_pipeline<bindings::chunk_values>(a.dev, {sg_, ch}, sg_);
     chunk_grads_ = make_pipeline<bindings::chunk_grads>(a.dev, {sg_, ch}, sg_);
     qk_bwd_ = make_pipeline<bindings::qk_bwd2_chunked>(a.dev, {sg_}, sg_);
@@ -72,12 +63,11 @@ class Chunked final : public ColumnSplitFamily {
                                     .lgc = view(w[kLgc])},
                pc, chunks);
     r.mark("chunk_prep");
-    with_dstate(wide_dstate_, [&]<class B>(B) {
-      r.dispatch(*chunk_dstate_,
-                 B{.qkn = view(f[kQkn]), .lgc = view(w[kLgc]), .wm = view(w[kW]), .do_ = view(w[kDo]), .du = view(w[kDu]),
-                   .dsc = view(w[kDsc]), .dht = view_or(s.dht, in.qkv), .dh0 = view_or(s.dh0, in.qkv)},
-                 pc, heads * kColumnBlocks);
-    });
+    r.dispatch(*chunk_dstate_,
+               bindings::chunk_dstate{.qkn = view(f[kQkn]), .lgc = view(w[kLgc]), .wm = view(w[kW]), .do_ = view(w[kDo]),
+                                      .du = view(w[kDu]), .dsc = view(w[kDsc]), .dht = view_or(s.dht, in.qkv),
+                                      .dh0 = view_or(s.dh0, in.qkv)},
+               pc, heads * kDstateBlocks);
     r.mark("chunk_dstate");
     // chunk_values and chunk_grads share one binding list (shaders/chunked/chunk_grads.glsl)
     auto values_and_grads = [&]<class B>(B) {
@@ -96,7 +86,6 @@ class Chunked final : public ColumnSplitFamily {
   }
 
  private:
-  bool wide_dstate_ = false;
   std::shared_ptr<gpu::Pipeline> chunk_prep_, chunk_dstate_, chunk_values_, chunk_grads_, qk_bwd_;
 };
 
