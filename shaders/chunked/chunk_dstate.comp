@@ -27,9 +27,8 @@ layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, n
 #define CHUNK_NO_GATES
 #include "chunk.glsl"
 
-// 16 columns a workgroup (8 per head) rather than 32: the workgroup's 21 KB of shared memory and
-// 127 registers let two share a multiprocessor, each with its own barriers, and a call of few
-// windows has twice the workgroups
+// 16 columns a workgroup (8 per head): small enough (21 KB of shared memory) for two to share a
+// multiprocessor, each with its own barriers, and a call of few windows still has many workgroups
 #define COLS 16u        // state columns per workgroup
 #define NWG (D / COLS)  // workgroups per (window, head)
 #define SUB (WG / (D / 4u))  // chunk rows per round: SUB * D/4 = WG, one vec4 per invocation
