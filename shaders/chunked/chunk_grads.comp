@@ -1,7 +1,8 @@
 #version 460
 // Chunked backward, pass 4 of 4: one workgroup per (window b, v-head h, chunk c) turns the chunk's dU
-// (chunk_dstate) and its value-dim products (chunk_values: X1, dW, X2, the pair dots <dO_i, u_j>,
-// <dU_i, v_j> and Gamma <dS, S0>) into the gradients of its inputs, all chunks in parallel.
+// (chunk_dstate) and its products over the value and key dims (chunk_values: X1, dW, X2, the pair
+// dots <dO_i, u_j>, <dU_i, v_j>, <k_i, k_j>, <dW_i, k_j> and Gamma <dS, S0>) into the gradients of its
+// inputs, all chunks in parallel.
 // With the forms of chunk.glsl, S0 the chunk's start state (a checkpoint; zero for chunk 0):
 //   dQ = diag(gamma) dO S0^T + M K,           M[i][j] = exp(lg_i - lg_j) <dO_i, u_j>  (j <= i)
 //   dW = -dU S0^T,   Yv = T^T dU,   Yk = T^T dW,   dV = diag(beta) Yv
@@ -22,7 +23,15 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 64
 
 #include "chunk_grads.glsl"
-#include "chunk_grads_staging.glsl"
+// Rows i of the chunk padded to CHP (a multiple of 8): invocation (r, half) owns rows
+// half*HR .. half*HR + HR-1 of column r (HR a multiple of 4: vec4 reads of the [m][i] matrices), and
+// invocation (pi, pj) = (tid / 16, tid % 16) the 2 x 2 block of (i, j) pairs (2 pi .. 2 pi + 1, 2 pj ..).
+const uint CHP = (CH + 7u) / 8u * 8u;
+const uint HR = CHP / 2u;
+const uint HR4 = HR / 4u;
+const uint NSR = D / SG;  // subgroups per row half
+
+float v_at(Chunk k, uint i, uint col) { return y[y_at(k.b * pc.t + k.t0 + i, k.h) + col]; }
 
 // CH x CHP matrices, [m][i] (i contiguous, rows of CHP floats). Roles change as the pass goes on:
 shared vec4 mT[CH * CHP / 4u];   // T[m][i]
@@ -30,7 +39,7 @@ shared vec4 mA[CH * CHP / 4u];   // M[i][j] (j <= i), diagonal then removed: M[m
 shared vec4 mB[CH * CHP / 4u];   // G = K K^T; then Mt[m][i] = M[i][m]
 shared vec4 mC[CH * CHP / 4u];   // dT; then F = dA * decay
 shared vec4 mD[CH * CHP / 4u];   // Ep[m][i] = beta_i F[i][m] + beta_m F[m][i]
-shared vec4 tile4[4u * TILE * CHP / 4u];  // staged operands [operand][column][row i]; then dT T^T; then Em
+shared vec4 mE[CH * CHP / 4u];   // Z = dT T^T; then Em[m][i] = beta_i F[i][m] - beta_m F[m][i]
 shared float mdiag[CH], dbeta_a[CH], dlg[CH];
 shared float ra_acc[CH * NSR], rb_acc[CH * NSR];  // row partials of dlg, dbeta: [row i][subgroup of its half]
 
@@ -50,7 +59,7 @@ shared float red_extra[256u / 8u];
 #define B_(at) mB[(at) / 4u][(at) % 4u]
 #define C_(at) mC[(at) / 4u][(at) % 4u]
 #define D_(at) mD[(at) / 4u][(at) % 4u]
-#define TILE_(at) tile4[(at) / 4u][(at) % 4u]
+#define E_(at) mE[(at) / 4u][(at) % 4u]
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -71,8 +80,8 @@ void main() {
   const uint pi = tid / 16u, pj = tid % 16u;  // the (i, j) pair block
   const bool pair_ok = pi < HR && pj < HR;    // 2 pi < CHP
   float extra = tid == 0u ? sdot[wg] : 0.0;  // this invocation's share of dlg at CH-1 (Gamma <dS, S0>)
-  vec2 duv[2], dou[2];              // pair dots <dU_i, v_j>, <dO_i, u_j>: [i of the block][j of the block]
-  duv[0] = vec2(0.0); duv[1] = vec2(0.0); dou[0] = vec2(0.0); dou[1] = vec2(0.0);
+  // chunk_values' pair dots <dU_i, v_j>, <dO_i, u_j>, <k_i, k_j>, <dW_i, k_j>: [i of the block][j of the block]
+  vec2 duv[2], dou[2], gkk[2], dwk[2];
 
   barrier();  // ra_acc and rb_acc are zero
   // ---- chunk_values' products: the record starts with gamma_i X1 (dq^) and (Gamma / gamma_i) X2 ----
@@ -93,39 +102,12 @@ void main() {
     [[unroll]] for (uint a = 0u; a < 2u; ++a)
       [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
         const uint i = min(2u * pi + a, CH - 1u), j = min(2u * pj + b2, CH - 1u);
-        dou[a][b2] = pairs[(wg * 2u) * CH * CH + i * CH + j];
-        duv[a][b2] = pairs[(wg * 2u + 1u) * CH * CH + i * CH + j];
+        dou[a][b2] = pairs[(wg * 4u) * CH * CH + i * CH + j];
+        duv[a][b2] = pairs[(wg * 4u + 1u) * CH * CH + i * CH + j];
+        gkk[a][b2] = pairs[(wg * 4u + 2u) * CH * CH + i * CH + j];
+        dwk[a][b2] = pairs[(wg * 4u + 3u) * CH * CH + i * CH + j];
       }
 
-  // ---- over the key dims r: the pair dots G = <k_i, k_j>, <dW_i, k_j> ----
-  vec2 gkk[2], dwk[2];
-  gkk[0] = vec2(0.0); gkk[1] = vec2(0.0); dwk[0] = vec2(0.0); dwk[1] = vec2(0.0);
-  {
-    const uint OP = TILE * CHP / 4u;
-    float pre[PRE / 2u];
-    [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) pre[q] = key_operand(k, 0u, tid + 256u * q);
-    for (uint r0 = 0u; r0 < D; r0 += TILE) {
-      barrier();
-      [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) {
-        const uint e = tid + 256u * q;
-        if (e < 2u * TILE * CHP) tile4[staged_at(e) / 4u][staged_at(e) % 4u] = pre[q];
-      }
-      if (r0 + TILE < D)
-        [[unroll]] for (uint q = 0u; q < PRE / 2u; ++q) pre[q] = key_operand(k, r0 + TILE, tid + 256u * q);
-      barrier();
-      if (pair_ok)
-        [[unroll]] for (uint cc = 0u; cc < TILE; ++cc) {
-          const uint ai = cc * CHP + 2u * pi, aj = cc * CHP + 2u * pj;
-          const vec2 ki = vec2(tile4[ai / 4u][ai % 4u], tile4[ai / 4u][ai % 4u + 1u]);
-          const vec2 dwi = vec2(tile4[OP + ai / 4u][ai % 4u], tile4[OP + ai / 4u][ai % 4u + 1u]);
-          const vec2 kj = vec2(tile4[aj / 4u][aj % 4u], tile4[aj / 4u][aj % 4u + 1u]);
-          [[unroll]] for (uint a = 0u; a < 2u; ++a) {
-            gkk[a] = fma(vec2(ki[a]), kj, gkk[a]);
-            dwk[a] = fma(vec2(dwi[a]), kj, dwk[a]);
-          }
-        }
-    }
-  }
   // ---- the pairs: G (mB), M (mA), dT (mC), all [i][j] ----
   if (pair_ok)
     [[unroll]] for (uint a = 0u; a < 2u; ++a)
@@ -143,19 +125,19 @@ void main() {
         C_(AT(i, j)) = dt;
       }
   barrier();
-  // ---- dA = -T^T dT T^T: Z = dT T^T (into tile4), then F = -(T^T Z) * decay, strictly lower ----
+  // ---- dA = -T^T dT T^T: Z = dT T^T (into mE), then F = -(T^T Z) * decay, strictly lower ----
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float z = 0.0;
     for (uint m = 0u; m < CH; ++m) z = fma(C_(AT(i, m)), T_(AT(j, m)), z);
-    TILE_(AT(i, j)) = z;
+    E_(AT(i, j)) = z;
   }
   barrier();
   for (uint e = tid; e < CH * CH; e += 256u) {
     const uint i = e / CH, j = e % CH;
     float f = 0.0;
     if (j < i && i < k.L) {
-      for (uint m = 0u; m < CH; ++m) f = fma(T_(AT(m, i)), TILE_(AT(m, j)), f);
+      for (uint m = 0u; m < CH; ++m) f = fma(T_(AT(m, i)), E_(AT(m, j)), f);
       f = -f * exp(lgd(i, j));
     }
     C_(AT(i, j)) = f;
@@ -180,7 +162,7 @@ void main() {
     }
     B_(e) = mt;
     D_(e) = ep;
-    TILE_(e) = em;
+    E_(e) = em;
   }
   barrier();
   for (uint m = tid; m < CH; m += 256u) A_(AT(m, m)) = 0.0;  // the diagonal of M goes in after the row sums
@@ -240,7 +222,7 @@ void main() {
         if (m >= k.L) break;
         [[unroll]] for (uint s = 0u; s < HR4; ++s) {
           const uint at = (m * CHP + i0) / 4u + s;
-          const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = tile4[at];
+          const vec4 mr = mA[at], mt = mB[at], ep = mD[at], em = mE[at];
           dq[s] = fma(mt, vec4(km[mm]), dq[s]);
           dk[s] = fma(mr, vec4(qm[mm]), fma(ep, vec4(km[mm]), dk[s]));
           dks[s] = fma(-mr, vec4(qm[mm]), fma(em, vec4(km[mm]), dks[s]));

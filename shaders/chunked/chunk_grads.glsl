@@ -1,7 +1,6 @@
 // The CUDA-core chunked backward's last two passes (chunk_values, chunk_grads): their bindings (one
 // list for both) and the chunk's rows (the record layout, RW: chunk.glsl). Needs common.glsl.
-// (Their staging: chunk_grads_staging.glsl. On the matrix units chunk_pair_bwd_mma does their work,
-// with bindings of its own.)
+// (On the matrix units chunk_pair_bwd_mma does their work, with bindings of its own.)
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 1) readonly buffer Gates { float gates[]; };  // [3][B, T, nv]
 layout(set = 0, binding = 2) readonly buffer Lgc { float lgc[]; };      // [2][B, T, nv] lg hi, lo (chunk_prep, or the forward's)
@@ -16,7 +15,8 @@ layout(set = 0, binding = 9) readonly buffer Ck { float ck[]; };        // [B, n
 layout(set = 0, binding = 10) readonly buffer Dsc { float dsc[]; };     // [B, nv, slots, D cols, D rows] dS
 layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T, nv][RW] chunk_grads' records
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
-layout(set = 0, binding = 13) buffer Pairs { float pairs[]; };          // [B, nv, nch][2][CH][CH] <dO_i, u_j>, <dU_i, v_j>
+layout(set = 0, binding = 13) buffer Pairs { float pairs[]; };          // [B, nv, nch][4][CH][CH] <dO_i, u_j>, <dU_i, v_j>,
+                                                                        // <k_i, k_j>, <dW_i, k_j>
 layout(set = 0, binding = 14) buffer Sdot { float sdot[]; };            // [B, nv, nch] Gamma <dS, S0>
 layout(set = 0, binding = 15) readonly buffer H0 { float h0[]; };       // [B, nv, D, D] S[k][v]: chunk 0's S0 (STATE_H0)
 layout(set = 0, binding = 16) readonly buffer Dht { float dht[]; };     // [B, nv, D, D]: the last chunk's dS (STATE_CARRY)

@@ -41,7 +41,7 @@ class Chunked final : public ColumnSplitFamily {
             {"dU per chunk", BT * nv * kD},
             {"end-state grads per chunk", std::size_t(B) * nv * state_slots(nseg) * kD * kD},
             {"W, dW per chunk", BT * nv * kD},
-            {"pair dots per chunk", chunks * 2 * cs * cs},
+            {"pair dots per chunk", chunks * 4 * cs * cs},  // [4][CH][CH] (shaders/chunked/chunk_grads.glsl)
             {"<dS, S0> per chunk", chunks},
             {"T per chunk", BT * nv * cs},
             {"cumulative log gates per chunk", 2 * BT * nv},  // hi, lo (shaders/chunked/chunk.glsl)
