@@ -97,14 +97,16 @@ void main() {
   for (uint e = tid; e < CH * CHP; e += 256u)
     if (e % CHP >= CH) sp4[e / 4u][e % 4u] = 0.0;  // the padding columns
   barrier();
-  // T by forward substitution, T[i][m] = [i == m] - sum_{m <= j < i} A[i][j] T[j][m]: column m depends
-  // on nothing but itself, so invocation m makes it alone (its own writes of T^T [m][.] are all it
-  // reads back) and one barrier follows, not one per row.
+  // T by forward substitution, T[i][m] = [i == m] - sum_{j < i} A[i][j] T[j][m] (T[j][m] = 0 for
+  // j < m): column m depends on nothing but itself, so invocation m makes it alone, in registers
+  // (the loops unrolled; every invocation reads the same A[i][j]), and one barrier follows.
   if (tid < CH) {
     const uint m = tid;
-    for (uint i = 0u; i < CH; ++i) {
+    float tc[CH];
+    [[unroll]] for (uint i = 0u; i < CH; ++i) {
       float x = i == m ? 1.0 : 0.0;
-      for (uint j = m; j < i; ++j) x = fma(-sa[i * CH + j], st4[(m * CHP + j) / 4u][j % 4u], x);
+      [[unroll]] for (uint j = 0u; j < i; ++j) x = fma(-sa[i * CH + j], tc[j], x);
+      tc[i] = x;
       st4[(m * CHP + i) / 4u][i % 4u] = x;
     }
   }
