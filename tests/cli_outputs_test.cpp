@@ -159,11 +159,21 @@ TEST(Bench, SlowedWhenACeilingFalls) {
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 3300, .fma_gflop_per_s = 60000}, false));
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 4000, .fma_gflop_per_s = 50000}, false));
   EXPECT_FALSE(bench::slowed(before, {.copy_gb_per_s = 1000, .fma_gflop_per_s = 1000}, true));
-  // conv_fwd at the 27B shape: 335 MB in 0.123 ms (2.7 TB/s) is fine, in 0.37 ms (0.9 TB/s) slowed
-  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.123, 4268, false));
-  EXPECT_TRUE(bench::kernel_slowed(335e6, 0.37, 4268, false));
-  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.37, 4268, true));
-  EXPECT_FALSE(bench::kernel_slowed(0.2e6, 0.05, 4268, false));  // a tiny shape: latency-bound
+  // conv_fwd at the 27B shape, float32 qkv: 335 MB in 0.110 ms on an H200 (72% of 4268 GB/s) and in
+  // 0.133 ms on an H100 (84% of 3011) are fine; in 0.273 ms on the H100 (41%, a run slowed as a whole)
+  // and 0.194 ms (58%) slowed
+  const double f32 = bench::conv_slowed_share(false), bf16 = bench::conv_slowed_share(true);
+  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.110, 4268, f32, false));
+  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.133, 3011, f32, false));
+  EXPECT_TRUE(bench::kernel_slowed(335e6, 0.273, 3011, f32, false));
+  EXPECT_TRUE(bench::kernel_slowed(335e6, 0.194, 3011, f32, false));
+  EXPECT_FALSE(bench::kernel_slowed(335e6, 0.37, 4268, f32, true));  // never on a CPU driver
+  EXPECT_FALSE(bench::kernel_slowed(0.2e6, 0.05, 4268, f32, false));  // a tiny shape: latency-bound
+  // bfloat16 qkv: 252 MB in 0.112 ms on the H200 (53%) and 0.119 ms on the H100 (70%) are fine; at half
+  // that bandwidth slowed
+  EXPECT_FALSE(bench::kernel_slowed(252e6, 0.112, 4268, bf16, false));
+  EXPECT_FALSE(bench::kernel_slowed(252e6, 0.119, 3011, bf16, false));
+  EXPECT_TRUE(bench::kernel_slowed(252e6, 0.224, 4268, bf16, false));
 }
 
 TEST_F(Cli, UnknownCommand) {
