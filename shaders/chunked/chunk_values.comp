@@ -95,6 +95,12 @@ void put_round(Round x, uint b, uint tid, inout float extra) {
   }
 }
 
+// The first row i and column j of invocation u's 2 x 2 pair-dot block q (u < 128; both even).
+uvec2 pair_block(uint u, uint q) {
+  const uint n = u % 64u + 64u * q;
+  return 2u * uvec2(n / (CHQ / 2u), n % (CHQ / 2u));
+}
+
 // The key-dim pair dots G = <k_i, k_j> and <dW_i, k_j> (chunk_grads' dT), with dU S0^T = -dW in
 // sm[i * D / 4 + r / 4] (as the halves left it): k staged after it, a row of KP vec4s each (padded
 // against bank conflicts), over NKP passes of D / NKP key dims where CHQ rows of D would not fit.
@@ -146,11 +152,11 @@ void main() {
   const uint half_ = tid / 128u, u = tid % 128u;
   const uint ig = (u % 32u) / 8u, rb = (u / 32u) * 8u + u % 8u;
   vec4 x1[HI], w[HI], x2[HI];  // [chunk row of the block][state rows 4 rb ..]
-  vec4 pd[PB];                 // 2 x 2 pair-dot blocks: (i 2bi, j 2bj), (2bi, 2bj+1), (2bi+1, 2bj), (2bi+1, 2bj+1)
+  vec4 pd[PB];                 // 2 x 2 pair-dot blocks (pair_block): (i, j), (i, j+1), (i+1, j), (i+1, j+1)
   [[unroll]] for (uint l = 0u; l < HI; ++l) { x1[l] = vec4(0.0); w[l] = vec4(0.0); x2[l] = vec4(0.0); }
   [[unroll]] for (uint l = 0u; l < PB; ++l) pd[l] = vec4(0.0);
-  const uint pm = u / 64u;  // 0: <dO_i, u_j>, 1: <dU_i, v_j>; blocks u % 64 + 64 q
-  float extra = 0.0;               // this invocation's share of <dS, S0>
+  const uint pm = u / 64u;  // 0: <dO_i, u_j>, 1: <dU_i, v_j>
+  float extra = 0.0;           // this invocation's share of <dS, S0>
 
   Round nx = load_round(k, bh, s0_stored, s0_at, ds_stored, ds_at, 0u, tid);
   put_round(nx, 0u, tid, extra);
@@ -173,9 +179,9 @@ void main() {
         }
       }
       [[unroll]] for (uint q = 0u; q < PB; ++q) {
-        const uint n = u % 64u + 64u * q, bi = n / (CHQ / 2u), bj = n % (CHQ / 2u);
-        const vec4 a4 = sm[op_v(b, pm, c, bi / 2u)], b4 = sm[op_v(b, 2u + pm, c, bj / 2u)];
-        const vec2 a = bi % 2u == 0u ? a4.xy : a4.zw, bb = bj % 2u == 0u ? b4.xy : b4.zw;
+        const uvec2 ij = pair_block(u, q);
+        const vec4 a4 = sm[op_v(b, pm, c, ij.x / 4u)], b4 = sm[op_v(b, 2u + pm, c, ij.y / 4u)];
+        const vec2 a = ij.x % 4u == 0u ? a4.xy : a4.zw, bb = ij.y % 4u == 0u ? b4.xy : b4.zw;
         pd[q] = fma(vec4(a.xx, a.yy), bb.xyxy, pd[q]);
       }
     }
@@ -208,10 +214,10 @@ void main() {
   barrier();
   if (half_ == 0u)
     [[unroll]] for (uint q = 0u; q < PB; ++q) {
-      const uint n = u % 64u + 64u * q, bi = n / (CHQ / 2u), bj = n % (CHQ / 2u);
+      const uvec2 ij = pair_block(u, q);
       const vec4 v = pd[q] + sm[u * PB + q];
       [[unroll]] for (uint m = 0u; m < 4u; ++m) {
-        const uint i = 2u * bi + m / 2u, j = 2u * bj + m % 2u;
+        const uint i = ij.x + m / 2u, j = ij.y + m % 2u;
         if (i < CH && j < CH) pairs[(wg * 4u + pm) * CH * CH + i * CH + j] = v[m];
       }
     }
