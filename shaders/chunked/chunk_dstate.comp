@@ -100,7 +100,7 @@ void main() {
 
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
-    barrier();  // the previous chunk's readers of lg and ds are done
+    // (the previous chunk's readers of lg, ds and the staged rows are done: its last barrier)
     if (tid < CH) {
       lg[tid] = lg_next.x;
       lgl[tid] = lg_next.y;
@@ -118,7 +118,7 @@ void main() {
     [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) acc[jj] = exp(lgam) * ds[(jg * CPI + jj) * DSP + r];
 
     for (uint i0 = 0u; i0 < k.L; i0 += SUB) {
-      barrier();  // the previous round's readers are done
+      if (i0 > 0u) barrier();  // the previous round's readers are done (the first round's: above)
       const Round cur = next;
       sk[tid] = cur.k;
       sq[tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
@@ -164,7 +164,7 @@ void main() {
         }
       }
     }
-    barrier();  // every dU of the chunk has read the old dS
+    barrier();  // every dU of the chunk has read the old dS, and every reader of lg and the staged rows is done
     [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) ds[(jg * CPI + jj) * DSP + r] = acc[jj];
   }
   barrier();
