@@ -161,6 +161,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Parity,
 const Case kLongChunks[] = {
     {"T70_cs32", 1, 70, 2, 1, 4, 32},  // three chunks, the last of six tokens
     {"T64_cs31", 1, 64, 3, 1, 4, 31},  // odd rows split over the two row halves of chunk_grads
+    {"T50_cs20", 1, 50, 2, 1, 4, 20},  // rows padded to 24: chunk_prep's pair dots in one group of 144
     {"rep3_T64_cs16", 2, 64, 6, 2, 4, 16},  // four full chunks of the matrix units' length
     {"rep3_T20_cs16", 2, 20, 3, 1, 4, 16},  // one pair of chunks, the second of four tokens (no stored state)
     {"rep5_T40_cs16", 1, 40, 10, 2, 4, 16},  // five v-heads per key head: two batches of heads in
