@@ -7,6 +7,12 @@
 // bandwidth stays below the FMA rate; sums over a column's 128 rows take 4 + 3 shuffles for the
 // lane's four columns together (transpose-reduce, then gather).
 //   S[:,c] <- g S[:,c];  kv_c = S[:,c] . k^;  u_c = beta (v_c - kv_c);  S[:,c] += k^ u_c;  o_c = S[:,c] . q^
+// The decay is applied lazily: the lanes hold S~ with S = cs S~, and each step multiplies the scalar
+// cs by g in place of every state value (three FMAs an element a step, not four):
+//   cs <- g cs;  kv_c = cs (S~[:,c] . k^);  S~[:,c] += k^ (u_c / cs);  o_c = cs (S~[:,c] . q^)
+// Where cs would fall under 2^-30 it is folded into the state first (S~ <- cs S~, cs <- 1; g is the
+// head's, so the branch is uniform), so that u / cs stays within 2^30 of u; a decay that underflows
+// to 0 zeroes the state there, as it does S.
 // S starts at h0 (STATE_H0) or zero; with STATE_CARRY the state after the last step goes to ht.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -37,6 +43,9 @@ layout(set = 0, binding = 7) writeonly buffer Ht { float ht[]; };       // [B, n
 shared vec4 fq[TS * STEP4], fk[TS * STEP4];
 shared float fv[TS * COLS];
 shared float fg[TS], fb[TS];
+
+// The smallest lazy decay scale (S = cs S~) before it is folded into the state.
+const float kFold = 1.0 / 1073741824.0;  // 2^-30
 
 uint padded(uint r4) { return r4 + (r4 >> 3u); }
 
@@ -105,7 +114,8 @@ void main() {
   const uint cstar = 2u * (lane & 1u) + ((lane >> 1u) & 1u);  // the column transpose_reduce returns
   const uint col0 = blk * COLS + cg * 4u;                     // first of the lane's 4 columns
   const uint slots = max(pc.nseg, 2u) - 1u;
-  float s[4][16];  // s[c][r] = S[rg*16 + r][col0 + c]
+  float s[4][16];  // s[c][r] = S~[rg*16 + r][col0 + c]
+  float cs = 1.0;  // S = cs S~
   [[unroll]] for (uint c = 0u; c < 4u; ++c)
     [[unroll]] for (uint r = 0u; r < 16u; ++r)
       s[c][r] = has(STATE_H0) ? h0[(bh * D + rg * 16u + r) * D + col0 + c] : 0.0;
@@ -119,7 +129,14 @@ void main() {
     barrier();
     for (uint j = 0u; j < nst; ++j) {
       const uint ti = tb + j;
-      const float g = fg[j], beta = fb[j];
+      const float beta = fb[j];
+      cs *= fg[j];
+      if (cs < kFold) {
+        [[unroll]] for (uint c = 0u; c < 4u; ++c)
+          [[unroll]] for (uint r = 0u; r < 16u; ++r) s[c][r] *= cs;
+        cs = 1.0;
+      }
+      const float inv_cs = 1.0 / cs;
       float k[16];
       [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         const vec4 kk = fk[j * STEP4 + padded(rg * 4u + i)];
@@ -129,14 +146,12 @@ void main() {
       [[unroll]] for (uint c = 0u; c < 4u; ++c) {
         float a0 = 0.0, a1 = 0.0;
         [[unroll]] for (uint r = 0u; r < 16u; r += 2u) {
-          s[c][r] *= g;
-          s[c][r + 1u] *= g;
           a0 = fma(s[c][r], k[r], a0);
           a1 = fma(s[c][r + 1u], k[r + 1u], a1);
         }
         p[c] = a0 + a1;
       }
-      const float kv_star = transpose_reduce(p[0], p[1], p[2], p[3], lane);
+      const float kv_star = cs * transpose_reduce(p[0], p[1], p[2], p[3], lane);
       // gather the other three columns' totals: column cstar ^ m lives on lane ^ (m: bit1 -> 1, bit0 -> 2)
       const float x1 = subgroupShuffleXor(kv_star, 2u);  // column cstar ^ 1
       const float x2 = subgroupShuffleXor(kv_star, 1u);  // column cstar ^ 2
@@ -145,7 +160,7 @@ void main() {
       [[unroll]] for (uint c = 0u; c < 4u; ++c) {
         const uint m = c ^ cstar;
         const float kv = m == 0u ? kv_star : (m == 1u ? x1 : (m == 2u ? x2 : x3));
-        u[c] = beta * (fv[j * COLS + cg * 4u + c] - kv);
+        u[c] = beta * (fv[j * COLS + cg * 4u + c] - kv) * inv_cs;  // u_c / cs
       }
       float q[16];
       [[unroll]] for (uint i = 0u; i < 4u; ++i) {
@@ -162,7 +177,7 @@ void main() {
         }
         p[c] = a0 + a1;
       }
-      const float o_star = transpose_reduce(p[0], p[1], p[2], p[3], lane);
+      const float o_star = cs * transpose_reduce(p[0], p[1], p[2], p[3], lane);
       const uint vi = (b * pc.t + ti) * pc.nv * D + h * D + col0 + cstar;
       if (rg < 4u) {  // lanes rg and rg^4 hold the same column total: one of them stores
         o_pre[vi] = o_star;
@@ -173,11 +188,11 @@ void main() {
         const uint at = ((bh * slots + seg_next - 1u) * D * D + col0 * D + rg * 16u) / 4u;
         [[unroll]] for (uint c = 0u; c < 4u; ++c)
           [[unroll]] for (uint i = 0u; i < 4u; ++i)
-            ck4[at + c * (D / 4u) + i] = vec4(s[c][4u * i], s[c][4u * i + 1u], s[c][4u * i + 2u], s[c][4u * i + 3u]);
+            ck4[at + c * (D / 4u) + i] = cs * vec4(s[c][4u * i], s[c][4u * i + 1u], s[c][4u * i + 2u], s[c][4u * i + 3u]);
       }
     }
   }
   if (has(STATE_CARRY))
     [[unroll]] for (uint c = 0u; c < 4u; ++c)
-      [[unroll]] for (uint r = 0u; r < 16u; ++r) ht[(bh * D + rg * 16u + r) * D + col0 + c] = s[c][r];
+      [[unroll]] for (uint r = 0u; r < 16u; ++r) ht[(bh * D + rg * 16u + r) * D + col0 + c] = cs * s[c][r];
 }
