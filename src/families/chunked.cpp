@@ -61,7 +61,7 @@ class Chunked final : public ColumnSplitFamily {
                bindings::chunk_prep{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                     .wm = view(w[kW]), .tm = view(w[kTm]), .do_ = view(w[kDo]), .du = view(w[kDu]),
                                     .lgc = view(w[kLgc])},
-               pc, chunks);
+               pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);  // a workgroup per (window, k-head, chunk)
     r.mark("chunk_prep");
     r.dispatch(*chunk_dstate_,
                bindings::chunk_dstate{.qkn = view(f[kQkn]), .lgc = view(w[kLgc]), .wm = view(w[kW]), .do_ = view(w[kDo]),
