@@ -4,7 +4,7 @@
 // and W = T diag(beta gamma) K, and the part of the gradient of the chunk's u rows that stays inside
 // the chunk, P^T dO (chunk_dstate adds the rest); and stores the chunk's cumulative log gates lg for
 // the other two passes. The pair dots <k_i, k_j>, <q_i, k_j> are the k-head's: made once for all
-// its v-heads.
+// its v-heads, and G = <k_i, k_j> left for chunk_grads in each v-head's pair-dot slot.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -16,6 +16,8 @@ layout(set = 0, binding = 4) writeonly buffer Tm { float t_out[]; };    // [B, T
 layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 6) writeonly buffer Du { float du_out[]; };   // [B, T, nv*D] P^T dO
 layout(set = 0, binding = 7) writeonly buffer Lgc { float lgc[]; };     // [2][B, T, nv] lg hi, lo (chunk.glsl)
+// [B, nv, nch][4][CH][CH] chunk_grads' pair dots (chunk_grads.glsl): this pass writes G = <k_i, k_j> (slot 2)
+layout(set = 0, binding = 8) writeonly buffer Pairs { float pairs[]; };
 
 #define CHUNK_GATES_FROM_SCAN
 
@@ -86,12 +88,13 @@ void main() {
       lgc[head_row(k, tid)] = lg[tid];
       lgc[pc.nb * pc.t * pc.nv + head_row(k, tid)] = lgl[tid];
     }
-    // A and P of the v-head from the pair dots and its gates
+    // A and P of the v-head from the pair dots and its gates; G (rows past the chunk zero)
     if (pair_ok)
       [[unroll]] for (uint a = 0u; a < 2u; ++a)
         [[unroll]] for (uint b2 = 0u; b2 < 2u; ++b2) {
           const uint i = 2u * pi + a, j = 2u * pj + b2;
           if (i >= CH || j >= CH) continue;
+          pairs[(((k.b * pc.nv + k.h) * nch + k.c) * 4u + 2u) * CH * CH + i * CH + j] = kk[a][b2];
           float av = 0.0, p = 0.0;
           if (j <= i && i < k.L) {
             const float decay = exp(lgd(i, j));

@@ -3,9 +3,9 @@
 // makes the chunk's products over the value dims, all chunks in parallel. With S0 the chunk's start
 // state (a checkpoint; zero for chunk 0) and dS its end-state gradient (chunk_dstate; zero for the last):
 //   X1 = dO S0^T,   dW = -dU S0^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   <dS, S0>
-// and the key-dim pair dots <k_i, k_j>, <dW_i, k_j>, and leaves, for chunk_grads: the record's first
-// dq^ and dk^ terms gamma_i X1 and (Gamma / gamma_i) X2, dW, the four pair-dot matrices and
-// Gamma <dS, S0>. This is most of the backward's arithmetic and all its reads of the states.
+// and the key-dim pair dots <dW_i, k_j>, and leaves, for chunk_grads: the record's first
+// dq^ and dk^ terms gamma_i X1 and (Gamma / gamma_i) X2, dW, three of the four pair-dot matrices
+// (chunk_prep leaves G = <k_i, k_j>) and Gamma <dS, S0>. This is most of the backward's arithmetic and all its reads of the states.
 // The three products are [CHQ x D] = [CHQ x D] [D x D]^T, summed over the value dims c, 8 a round:
 // the round's columns of S0, dS (whole, D rows) and of dO, dU, U, V are staged in shared memory
 // (double-buffered: one barrier a round, the next round's loads in flight during this one's work).
@@ -101,13 +101,13 @@ uvec2 pair_block(uint u, uint q) {
   return 2u * uvec2(n / (CHQ / 2u), n % (CHQ / 2u));
 }
 
-// The key-dim pair dots G = <k_i, k_j> and <dW_i, k_j> (chunk_grads' dT), with dU S0^T = -dW in
+// The key-dim pair dots <dW_i, k_j> (chunk_grads' dT), with dU S0^T = -dW in
 // sm[i * D / 4 + r / 4] (as the halves left it): k staged after it, a row of KP vec4s each (padded
 // against bank conflicts), over NKP passes of D / NKP key dims where CHQ rows of D would not fit.
 void key_dots(Chunk k, uint wg, uint tid) {
   const uint KO = CHQ * D / 4u;  // k[j][r of the pass] at sm[KO + j KP + r / 4]
-  float gk[CHQ * CHQ / 256u], xk[CHQ * CHQ / 256u];
-  [[unroll]] for (uint q = 0u; q < CHQ * CHQ / 256u; ++q) { gk[q] = 0.0; xk[q] = 0.0; }
+  float xk[CHQ * CHQ / 256u];
+  [[unroll]] for (uint q = 0u; q < CHQ * CHQ / 256u; ++q) xk[q] = 0.0;
   [[unroll]] for (uint ps = 0u; ps < NKP; ++ps) {
     barrier();
     for (uint e = tid; e < CHQ * KR * 4u; e += 256u) {
@@ -118,18 +118,13 @@ void key_dots(Chunk k, uint wg, uint tid) {
     [[unroll]] for (uint q = 0u; q < CHQ * CHQ / 256u; ++q) {
       const uint n = tid + 256u * q, i = n / CHQ, j = n % CHQ;
       [[dont_unroll]] for (uint r4 = 0u; r4 < KR; ++r4) {
-        const vec4 kj = sm[KO + j * KP + r4];
-        gk[q] += dot(sm[KO + i * KP + r4], kj);
-        xk[q] += dot(sm[i * (D / 4u) + ps * KR + r4], kj);
+        xk[q] += dot(sm[i * (D / 4u) + ps * KR + r4], sm[KO + j * KP + r4]);
       }
     }
   }
   [[unroll]] for (uint q = 0u; q < CHQ * CHQ / 256u; ++q) {
     const uint n = tid + 256u * q, i = n / CHQ, j = n % CHQ;
-    if (i < CH && j < CH) {
-      pairs[(wg * 4u + 2u) * CH * CH + i * CH + j] = gk[q];
-      pairs[(wg * 4u + 3u) * CH * CH + i * CH + j] = -xk[q];
-    }
+    if (i < CH && j < CH) pairs[(wg * 4u + 3u) * CH * CH + i * CH + j] = -xk[q];
   }
 }
 

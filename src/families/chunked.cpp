@@ -60,7 +60,7 @@ class Chunked final : public ColumnSplitFamily {
     r.dispatch(*chunk_prep_,
                bindings::chunk_prep{.qkn = view(f[kQkn]), .gates = view(f[kGates]), .a_log = view(p_.a_log),
                                     .wm = view(w[kW]), .tm = view(w[kTm]), .do_ = view(w[kDo]), .du = view(w[kDu]),
-                                    .lgc = view(w[kLgc])},
+                                    .lgc = view(w[kLgc]), .pairs = view(w[kPairs])},
                pc, std::uint64_t(f.B) * cfg_.nk * pc.nseg);  // a workgroup per (window, k-head, chunk)
     r.mark("chunk_prep");
     r.dispatch(*chunk_dstate_,
