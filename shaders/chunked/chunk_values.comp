@@ -3,9 +3,10 @@
 // makes the chunk's products over the value dims, all chunks in parallel. With S0 the chunk's start
 // state (a checkpoint; zero for chunk 0) and dS its end-state gradient (chunk_dstate; zero for the last):
 //   X1 = dO S0^T,   dW = -dU S0^T,   X2 = U dS^T,   <dO_i, u_j>,  <dU_i, v_j>,   <dS, S0>
-// and the key-dim pair dots <dW_i, k_j>, and leaves, for chunk_grads: the record's first
-// dq^ and dk^ terms gamma_i X1 and (Gamma / gamma_i) X2, dW, three of the four pair-dot matrices
-// (chunk_prep leaves G = <k_i, k_j>) and Gamma <dS, S0>. This is most of the backward's arithmetic and all its reads of the states.
+// and the key-dim pair dots <dW_i, k_j>, and leaves, for chunk_grads: the record's first dq^ and
+// dk^ terms gamma_i X1 and (Gamma / gamma_i) X2, dW, three of the four pair-dot matrices (chunk_prep
+// leaves G = <k_i, k_j>) and Gamma <dS, S0>. This is most of the backward's arithmetic and all its
+// reads of the states.
 // The three products are [CHQ x D] = [CHQ x D] [D x D]^T, summed over the value dims c, 8 a round:
 // the round's columns of S0, dS (whole, D rows) and of dO, dU, U, V are staged in shared memory
 // (double-buffered: one barrier a round, the next round's loads in flight during this one's work).
