@@ -1,8 +1,8 @@
 #version 460
 // Chunked backward, pass 4 of 4: one workgroup per (window b, v-head h, chunk c) turns the chunk's dU
 // (chunk_dstate) and its products over the value and key dims (chunk_values: X1, dW, X2, the pair
-// dots <dO_i, u_j>, <dU_i, v_j>, <k_i, k_j>, <dW_i, k_j> and Gamma <dS, S0>) into the gradients of its
-// inputs, all chunks in parallel.
+// dots <dO_i, u_j>, <dU_i, v_j>, <dW_i, k_j> and Gamma <dS, S0>; chunk_prep: G = <k_i, k_j>) into
+// the gradients of its inputs, all chunks in parallel.
 // With the forms of chunk.glsl, S0 the chunk's start state (a checkpoint; zero for chunk 0):
 //   dQ = diag(gamma) dO S0^T + M K,           M[i][j] = exp(lg_i - lg_j) <dO_i, u_j>  (j <= i)
 //   dW = -dU S0^T,   Yv = T^T dU,   Yk = T^T dW,   dV = diag(beta) Yv
