@@ -128,8 +128,7 @@ void main() {
       t_out[head_row(k, i) * CH + j] = st4[(j * CHP + i) / 4u][i % 4u];
     }
     // W[i][r] = sum_{j <= i} T[i][j] beta_j gamma_j k_j[r] and (P^T dO)[i][r] = sum_{m >= i} P[m][i] dO[m][r]:
-    // invocation (r, half) owns rows
-    // half*HR .. half*HR + HR-1 of column r.
+    // invocation (r, half) owns rows half*HR .. half*HR + HR-1 of column r.
     {
       const uint r = tid % D, i0 = (tid / D) * HR;
       vec4 w[HR / 4u], pd[HR / 4u];
