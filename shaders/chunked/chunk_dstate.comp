@@ -1,18 +1,22 @@
 #version 460
 // Chunked backward, pass 2 of 4: the only serial pass. One workgroup per (window b, v-head h, block
-// of 16 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
-// after the window dht with STATE_CARRY, else zero) in shared memory, and leaves the last (the
+// of 32 state columns) walks the chunks in reverse with dS (the gradient of the chunk's end state;
+// after the window dht with STATE_CARRY, else zero) in registers, and leaves the last (the
 // gradient of the window's start state) in dh0, where h0 was given. Columns are independent here.
 // Per chunk (chunk.glsl for W, lg):
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
 // dU and the chunk's dS (before the update) leave for chunk_values and chunk_grads, which do the rest in parallel.
-// The chunk's rows pass through shared memory SUB at a time (a round), each round's operands loaded
-// during the round before.
+// dS lives in registers: a group of 32 invocations holds CPG columns, each invocation 4 rows of them,
+// so that dU's sums over the rows stay within the group (a transpose-reduce over its lanes, through
+// shared memory only where a subgroup is smaller than the group). The chunk's rows pass through
+// double-buffered shared memory SUB at a time (a round), each round's operands loaded during the
+// round before.
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #define WG 256u  // invocations
 layout(local_size_x = WG) in;
+layout(constant_id = 0) const uint SG = 32;  // subgroup size, 8 .. 128
 
 layout(set = 0, binding = 0) readonly buffer Qkn { float qkn[]; };     // [2][B, T, nk, D] q^, k^
 layout(set = 0, binding = 0) readonly buffer Qkn4 { vec4 qkn4[]; };    // the same, as vec4
@@ -20,50 +24,53 @@ layout(set = 0, binding = 1) readonly buffer Lgc { float lgc[]; };      // [2][B
 layout(set = 0, binding = 2) readonly buffer Wm4 { vec4 w4[]; };        // [B, T, nv, D/4] W (chunk_prep)
 layout(set = 0, binding = 3) readonly buffer Do { float do_in[]; };     // [B, T, nv*D] grad of o
 layout(set = 0, binding = 4) buffer Du { float du[]; };                 // [B, T, nv*D] P^T dO in, dU out
-layout(set = 0, binding = 5) writeonly buffer Dsc { float dsc[]; };     // [B, nv, max(nch-1,1), D cols, D rows]
+layout(set = 0, binding = 5) writeonly buffer Dsc4 { vec4 dsc4[]; };   // [B, nv, max(nch-1,1), D cols, D rows / 4]
 layout(set = 0, binding = 6) readonly buffer Dht { float dht[]; };      // [B, nv, D, D] S[k][v] (STATE_CARRY)
 layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, nv, D, D]
 
 #define CHUNK_NO_GATES
 #include "chunk.glsl"
 
-// 16 columns a workgroup (8 per head): small enough (21 KB of shared memory) for two to share a
-// multiprocessor, each with its own barriers, and a call of few windows still has many workgroups
-#define COLS 16u        // state columns per workgroup
-#define NWG (D / COLS)  // workgroups per (window, head)
+// State columns per group, 2 or 4: at 4 a staged k^, q^ or W vec4 feeds 4 columns' FMAs, and dU's
+// transpose-reduce ends with one value a lane (2 was slower on an H100)
+#ifndef CPG_N
+#define CPG_N 4
+#endif
+const uint CPG = CPG_N;
+#define GL (D / 4u)          // invocations of a group: 4 rows each; group g = tid / GL holds columns CPG g ..
+#define NG (WG / GL)         // groups
+#define COLS (NG * CPG)      // state columns per workgroup: 32, 4 workgroups per head (kDstateBlocks)
+#define NWG (D / COLS)       // workgroups per (window, head)
 #define SUB (WG / (D / 4u))  // chunk rows per round: SUB * D/4 = WG, one vec4 per invocation
-#define RPO (COLS / 4u)      // dU: rows per octet (SUB * COLS outputs over WG / 8 octets)
-#define CPI (COLS * D / WG)  // the update: columns of dS per invocation
-#define DSP (D + 1u)  // padded column stride of ds: both passes below read it without bank conflicts
+#define NV (CPG * SUB)       // dU values a group makes per round: SUB rows x CPG columns, v = CPG i + column
+#if CPG_N == 2
+#define CVEC vec2
+#else
+#define CVEC vec4
+#endif
+// The group's lanes within one subgroup, and the halving steps of dU's transpose-reduce made there
+// (over the lowest lane bits, at most log2 NV of them)
+const uint LS = SG < GL ? SG : GL;
+const uint LOG_LS = LS >= 32u ? 5u : LS >= 16u ? 4u : LS >= 8u ? 3u : LS >= 4u ? 2u : 1u;
+const uint LOG_NV = NV >= 32u ? 5u : NV >= 16u ? 4u : 3u;
+const uint HALVINGS = LOG_LS < LOG_NV ? LOG_LS : LOG_NV;
+const uint NJ = NV >> HALVINGS;  // values a lane holds after them
 
-shared float ds[COLS * DSP];  // dS [column j][row r]
-shared vec4 sk[SUB * D / 4u], sq[SUB * D / 4u], sw[SUB * D / 4u];  // k^, gamma q^, W [row i][r/4]
-shared vec4 sdo[SUB * COLS / 4u], sdu[SUB * COLS / 4u];             // dO, dU [row i][column j/4]
+shared vec4 sk[2][SUB * D / 4u], sq[2][SUB * D / 4u], sw[2][SUB * D / 4u];  // k^, gamma q^, W [row i][r/4]
+shared CVEC sdo[2][SUB * NG], sdu[SUB * NG];  // dO, dU [row i][group g]: columns CPG g ..
+shared float red[LS < GL ? WG * NJ : 1u];     // dU's partial sums across the subgroups of a group
 
 // One thread's share of a round's operands, loaded a round ahead (software pipelining: the loads of
 // the next round are in flight while this one computes).
 struct Round {
   vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
   float dO;      // dO of row tid / COLS, column tid % COLS (tid < SUB * COLS)
-  float pdo;     // P^T dO of row du_row(tid), column du_col(tid)
+  float pdo;     // P^T dO of the value the thread's lane owns (owned_value; lanes 0 .. NV-1 of a group)
 };
 
-// dU's layout: octet o = tid / 8 (8 lanes of one subgroup) makes rows RPO (o / COLS) .. + RPO-1 of
-// column o % COLS, lane rg = tid % 8 summing over the rows r of its vec4s r4 = rg + 8 m; the octet's
-// sums end in lane rg as row RPO (o / COLS) + rg / (8 / RPO).
-uint du_row(uint tid) { return tid / 8u / COLS * RPO + tid % 8u / (8u / RPO); }
-uint du_col(uint tid) { return tid / 8u % COLS; }
-
-// Sums p[ii] (RPO = 4 rows) over the 8 lanes of an octet (transpose-reduce: 4 shuffles); lanes rg
-// and rg ^ 1 both get row rg / 2's total.
-float octet_sum(float p[RPO], uint rg) {
-  float a[2];
-  const bool b2 = (rg & 4u) != 0u, b1 = (rg & 2u) != 0u;
-  [[unroll]] for (uint l = 0u; l < 2u; ++l)
-    a[l] = (b2 ? p[l + 2u] : p[l]) + subgroupShuffleXor(b2 ? p[l] : p[l + 2u], 4u);
-  const float c = (b1 ? a[1] : a[0]) + subgroupShuffleXor(b1 ? a[0] : a[1], 2u);
-  return c + subgroupShuffleXor(c, 1u);
-}
+// The dU value (v = CPG i + column) that lane t < NV of a group totals: where the whole group is one
+// subgroup's, the one its transpose-reduce left it; else t.
+uint owned_value(uint t) { return LS == GL ? bitfieldReverse(t) >> (32u - HALVINGS) : t; }
 
 Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   Round f;
@@ -77,8 +84,8 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   }
   const uint iu = i0 + tid / COLS;
   if (iu < k.L && tid < SUB * COLS) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
-  const uint id = i0 + du_row(tid);
-  if (id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + du_col(tid)];
+  const uint t = tid % GL, v = owned_value(t), id = i0 + v / CPG;
+  if (t < NV && id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + CPG * (tid / GL) + v % CPG];
   return f;
 }
 
@@ -89,87 +96,91 @@ void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint bh = wg / NWG, blk = wg % NWG;
   const uint slots = max(nch, 2u) - 1u;
-  for (uint e = tid; e < COLS * D; e += WG) {
-    const uint j = e / D, rr = e % D;
-    ds[j * DSP + rr] = has(STATE_CARRY) ? dht[(bh * D + rr) * D + blk * COLS + j] : 0.0;
-  }
-  const uint r = tid % D, jg = tid / D;        // the update: row r of dS, CPI columns jg*CPI ..
-  const uint ju = du_col(tid), iu = du_row(tid), rg = tid % 8u;  // dU: column ju, row iu of the round's rows
+  const uint g = tid / GL, t = tid % GL;  // columns blk*COLS + CPG g + c of dS, rows 4t .. 4t + 3
+  const uint col = blk * COLS + CPG * g;
+  vec4 ds[CPG];  // dS (the gradient of the current chunk's end state) [column c][its 4 rows]
+  [[unroll]] for (uint c = 0u; c < CPG; ++c)
+    [[unroll]] for (uint l = 0u; l < 4u; ++l)
+      ds[c][l] = has(STATE_CARRY) ? dht[(bh * D + 4u * t + l) * D + col + c] : 0.0;
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
   vec2 lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : vec2(0.0);
 
+  uint buf = 0u;
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
-    // (the previous chunk's readers of lg, ds and the staged rows are done: its last barrier)
+    // (no reader of the previous chunk's lg is left: every one is before a round's second barrier)
     if (tid < CH) {
       lg[tid] = lg_next.x;
       lgl[tid] = lg_next.y;
     }
     if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
     barrier();
-    const float lgam = lg_of(CH - 1u);
     // The chunk's end-state gradient, for chunk_values (the last chunk's is dht: not stored).
     if (k.c + 1u < nch)
-      for (uint e = tid; e < COLS * D; e += WG) {
-        const uint j = e / D, rr = e % D;
-        dsc[((bh * slots + k.c) * D + blk * COLS + j) * D + rr] = ds[j * DSP + rr];
-      }
-    float acc[CPI];
-    [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) acc[jj] = exp(lgam) * ds[(jg * CPI + jj) * DSP + r];
+      [[unroll]] for (uint c = 0u; c < CPG; ++c) dsc4[((bh * slots + k.c) * D + col + c) * (D / 4u) + t] = ds[c];
+    vec4 acc[CPG];
+    [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = exp(lg_of(CH - 1u)) * ds[c];
 
-    for (uint i0 = 0u; i0 < k.L; i0 += SUB) {
-      if (i0 > 0u) barrier();  // the previous round's readers are done (the first round's: above)
+    for (uint i0 = 0u; i0 < k.L; i0 += SUB, buf ^= 1u) {
+      // (buffer buf was last read two rounds ago, before the last round's first barrier)
       const Round cur = next;
-      sk[tid] = cur.k;
-      sq[tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
-      sw[tid] = cur.w;
-      if (tid < SUB * COLS) sdo[tid / 4u][tid % 4u] = cur.dO;
+      sk[buf][tid] = cur.k;
+      sq[buf][tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
+      sw[buf][tid] = cur.w;
+      if (tid < SUB * COLS) sdo[buf][(tid / COLS) * NG + (tid % COLS) / CPG][tid % CPG] = cur.dO;
       if (i0 + SUB < k.L) next = fetch(k, i0 + SUB, tid, blk);
       else if (k.c > 0u) next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), 0u, tid, blk);
       barrier();
-      // dU[i][j] = (P^T dO)[i][j] + (Gamma / gamma_i) <k_i, dS[:, j]>
-      {
-        // (ds and sk reads conflict-free: a subgroup's 4 octets take 4 adjacent columns, DSP odd;
-        // an octet's lanes 8 adjacent vec4s of a row, shared by the 4 octets)
-        float p[RPO];
-        [[unroll]] for (uint ii = 0u; ii < RPO; ++ii) p[ii] = 0.0;
-        const uint ib = iu - rg / (8u / RPO);  // the octet's first row
-        [[unroll]] for (uint m = 0u; m < D / 32u; ++m) {
-          const uint r4 = rg + 8u * m, at = ju * DSP + 4u * r4;
-          const vec4 d4 = vec4(ds[at], ds[at + 1u], ds[at + 2u], ds[at + 3u]);
-          [[unroll]] for (uint ii = 0u; ii < RPO; ++ii) {
-            const vec4 k4 = sk[(ib + ii) * (D / 4u) + r4];
-            p[ii] = fma(k4.x, d4.x, fma(k4.y, d4.y, fma(k4.z, d4.z, fma(k4.w, d4.w, p[ii]))));
-          }
+      // dU[i][j] = (P^T dO)[i][j] + (Gamma / gamma_i) <k_i, dS[:, j]>: the lane's 4 rows of each,
+      // then summed over the group
+      float p[NV];
+      [[unroll]] for (uint i = 0u; i < SUB; ++i) {
+        const vec4 k4 = sk[buf][i * (D / 4u) + t];
+        [[unroll]] for (uint c = 0u; c < CPG; ++c) p[CPG * i + c] = dot(k4, ds[c]);
+      }
+      // transpose-reduce: each step halves the values a lane holds, over lane bit m (the first
+      // steps over the low bits, all within the subgroup)
+      [[unroll]] for (uint h = 0u; h < HALVINGS; ++h) {
+        const uint m = 1u << h, half_ = NV >> (h + 1u);
+        const bool up = (t & m) != 0u;
+        [[unroll]] for (uint j = 0u; j < half_; ++j) {
+          const float keep = up ? p[j + half_] : p[j], send = up ? p[j] : p[j + half_];
+          p[j] = keep + subgroupShuffleXor(send, m);
         }
-        const float a = octet_sum(p, rg);
-        const uint i = i0 + iu;
-        const bool writer = rg % (8u / RPO) == 0u;  // one lane of those holding the row's total
+      }
+      float total;
+      if (LS == GL) {  // the group within one subgroup: lanes t, t ^ NV .. hold value owned_value(t)
+        total = p[0];
+        [[unroll]] for (uint m = NV; m < GL; m <<= 1u) total += subgroupShuffleXor(total, m);
+      } else {  // partial sums over each subgroup's lanes, added across the group's subgroups
+        [[unroll]] for (uint j = 0u; j < NJ; ++j) red[tid * NJ + j] = p[j];
+        barrier();
+        total = 0.0;
+        if (t < NV) {
+          const uint lane = bitfieldReverse(t / NJ) >> (32u - HALVINGS);  // the lane holding value t
+          [[unroll]] for (uint s = 0u; s < GL / LS; ++s) total += red[(g * GL + s * LS + lane) * NJ + t % NJ];
+        }
+      }
+      if (t < NV) {
+        const uint v = owned_value(t), i = i0 + v / CPG;
         float x = 0.0;
         if (i < k.L) {
-          x = cur.pdo + exp(lgd(CH - 1u, i)) * a;
-          if (writer) du[head_row(k, i) * D + blk * COLS + ju] = x;
+          x = cur.pdo + exp(lgd(CH - 1u, i)) * total;
+          du[head_row(k, i) * D + col + v % CPG] = x;
         }
-        if (writer) sdu[(iu * COLS + ju) / 4u][ju % 4u] = x;
+        sdu[(v / CPG) * NG + g][v % CPG] = x;
       }
       barrier();
       // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows
-      for (uint il = 0u; il < SUB; ++il) {
-        const float qv = sq[il * (D / 4u) + r / 4u][r % 4u];
-        const float wv = sw[il * (D / 4u) + r / 4u][r % 4u];
-        [[unroll]] for (uint j4 = 0u; j4 < CPI / 4u; ++j4) {
-          const uint at = (il * COLS + jg * CPI) / 4u + j4;
-          const vec4 a = sdo[at], b = sdu[at];
-          [[unroll]] for (uint l = 0u; l < 4u; ++l) acc[4u * j4 + l] = fma(qv, a[l], fma(-wv, b[l], acc[4u * j4 + l]));
-        }
+      [[unroll]] for (uint i = 0u; i < SUB; ++i) {
+        const vec4 qv = sq[buf][i * (D / 4u) + t], wv = sw[buf][i * (D / 4u) + t];
+        const CVEC a = sdo[buf][i * NG + g], b = sdu[i * NG + g];
+        [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = fma(qv, vec4(a[c]), fma(-wv, vec4(b[c]), acc[c]));
       }
     }
-    barrier();  // every dU of the chunk has read the old dS, and every reader of lg and the staged rows is done
-    [[unroll]] for (uint jj = 0u; jj < CPI; ++jj) ds[(jg * CPI + jj) * DSP + r] = acc[jj];
+    ds = acc;
   }
-  barrier();
-  for (uint e = tid; e < COLS * D && has(STATE_H0); e += WG) {
-    const uint j = e / D, rr = e % D;
-    dh0[(bh * D + rr) * D + blk * COLS + j] = ds[j * DSP + rr];
-  }
+  if (has(STATE_H0))
+    [[unroll]] for (uint c = 0u; c < CPG; ++c)
+      [[unroll]] for (uint l = 0u; l < 4u; ++l) dh0[(bh * D + 4u * t + l) * D + col + c] = ds[c][l];
 }

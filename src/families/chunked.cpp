@@ -11,8 +11,8 @@ namespace {
 /// Words per (token, v-head) record of chunk_grads: dq^ 128, dk^ 128, d(log g), dbeta.
 constexpr std::uint32_t kChunkRecordWords = 258;
 
-/// chunk_dstate's workgroups per (window, v-head): 16 state columns each (shaders/chunked/chunk_dstate.comp).
-constexpr std::uint32_t kDstateBlocks = 8;
+/// chunk_dstate's workgroups per (window, v-head): 32 state columns each (shaders/chunked/chunk_dstate.comp).
+constexpr std::uint32_t kDstateBlocks = 4;
 
 class Chunked final : public ColumnSplitFamily {
  public:
