@@ -32,7 +32,7 @@ layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, n
 #include "chunk.glsl"
 
 // State columns per group, 2 or 4: at 4 a staged k^, q^ or W vec4 feeds 4 columns' FMAs, and dU's
-// transpose-reduce ends with one value a lane (2 was slower on an H100)
+// transpose-reduce ends with one value a lane
 #ifndef CPG_N
 #define CPG_N 4
 #endif
