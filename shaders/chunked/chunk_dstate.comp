@@ -7,7 +7,7 @@
 //   dU = P^T dO + K~ dS                           the gradient of the chunk's u rows (P^T dO: chunk_prep)
 //   dS <- Gamma dS + Q^T diag(gamma) dO - W^T dU   the gradient of its start state
 // dU and the chunk's dS (before the update) leave for chunk_values and chunk_grads, which do the rest in parallel.
-// dS lives in registers: a group of 32 invocations holds CPG columns, each invocation 4 rows of them,
+// dS lives in registers: a group of 32 invocations holds 4 columns, each invocation 4 rows of them,
 // so that dU's sums over the rows stay within the group (a transpose-reduce over its lanes, through
 // shared memory only where a subgroup is smaller than the group). The chunk's rows pass through
 // double-buffered shared memory SUB at a time (a round), each round's operands loaded during the
@@ -31,33 +31,23 @@ layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, n
 #define CHUNK_NO_GATES
 #include "chunk.glsl"
 
-// State columns per group, 2 or 4: at 4 a staged k^, q^ or W vec4 feeds 4 columns' FMAs, and dU's
-// transpose-reduce ends with one value a lane
-#ifndef CPG_N
-#define CPG_N 4
-#endif
-const uint CPG = CPG_N;
+// 4 state columns a group: a staged k^, q^ or W vec4 feeds 4 columns' FMAs, and dU's transpose-reduce
+// over the group's 32 lanes ends with one value a lane (NV = GL)
+#define CPG 4u               // state columns per group
 #define GL (D / 4u)          // invocations of a group: 4 rows each; group g = tid / GL holds columns CPG g ..
 #define NG (WG / GL)         // groups
 #define COLS (NG * CPG)      // state columns per workgroup: 32, 4 workgroups per head (kDstateBlocks)
 #define NWG (D / COLS)       // workgroups per (window, head)
 #define SUB (WG / (D / 4u))  // chunk rows per round: SUB * D/4 = WG, one vec4 per invocation
 #define NV (CPG * SUB)       // dU values a group makes per round: SUB rows x CPG columns, v = CPG i + column
-#if CPG_N == 2
-#define CVEC vec2
-#else
-#define CVEC vec4
-#endif
 // The group's lanes within one subgroup, and the halving steps of dU's transpose-reduce made there
-// (over the lowest lane bits, at most log2 NV of them)
+// (one per lane bit within the subgroup)
 const uint LS = SG < GL ? SG : GL;
-const uint LOG_LS = LS >= 32u ? 5u : LS >= 16u ? 4u : LS >= 8u ? 3u : LS >= 4u ? 2u : 1u;
-const uint LOG_NV = NV >= 32u ? 5u : NV >= 16u ? 4u : 3u;
-const uint HALVINGS = LOG_LS < LOG_NV ? LOG_LS : LOG_NV;
+const uint HALVINGS = LS >= 32u ? 5u : LS >= 16u ? 4u : LS >= 8u ? 3u : LS >= 4u ? 2u : 1u;
 const uint NJ = NV >> HALVINGS;  // values a lane holds after them
 
 shared vec4 sk[2][SUB * D / 4u], sq[2][SUB * D / 4u], sw[2][SUB * D / 4u];  // k^, gamma q^, W [row i][r/4]
-shared CVEC sdo[2][SUB * NG], sdu[SUB * NG];  // dO, dU [row i][group g]: columns CPG g ..
+shared vec4 sdo[2][SUB * NG], sdu[SUB * NG];  // dO, dU [row i][group g]: columns CPG g ..
 shared float red[LS < GL ? WG * NJ : 1u];     // dU's partial sums across the subgroups of a group
 
 // One thread's share of a round's operands, loaded a round ahead (software pipelining: the loads of
@@ -65,10 +55,10 @@ shared float red[LS < GL ? WG * NJ : 1u];     // dU's partial sums across the su
 struct Round {
   vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
   float dO;      // dO of row tid / COLS, column tid % COLS (tid < SUB * COLS)
-  float pdo;     // P^T dO of the value the thread's lane owns (owned_value; lanes 0 .. NV-1 of a group)
+  float pdo;     // P^T dO of the value the thread's lane owns (owned_value)
 };
 
-// The dU value (v = CPG i + column) that lane t < NV of a group totals: where the whole group is one
+// The dU value (v = CPG i + column) that lane t of a group totals: where the whole group is one
 // subgroup's, the one its transpose-reduce left it; else t.
 uint owned_value(uint t) { return LS == GL ? bitfieldReverse(t) >> (32u - HALVINGS) : t; }
 
@@ -85,7 +75,7 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   const uint iu = i0 + tid / COLS;
   if (iu < k.L && tid < SUB * COLS) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
   const uint t = tid % GL, v = owned_value(t), id = i0 + v / CPG;
-  if (t < NV && id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + CPG * (tid / GL) + v % CPG];
+  if (id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + CPG * (tid / GL) + v % CPG];
   return f;
 }
 
@@ -148,20 +138,15 @@ void main() {
           p[j] = keep + subgroupShuffleXor(send, m);
         }
       }
-      float total;
-      if (LS == GL) {  // the group within one subgroup: lanes t, t ^ NV .. hold value owned_value(t)
-        total = p[0];
-        [[unroll]] for (uint m = NV; m < GL; m <<= 1u) total += subgroupShuffleXor(total, m);
-      } else {  // partial sums over each subgroup's lanes, added across the group's subgroups
+      float total = p[0];  // the group within one subgroup: lane t holds value owned_value(t)
+      if (LS < GL) {  // partial sums over each subgroup's lanes, added across the group's subgroups
         [[unroll]] for (uint j = 0u; j < NJ; ++j) red[tid * NJ + j] = p[j];
         barrier();
+        const uint lane = bitfieldReverse(t / NJ) >> (32u - HALVINGS);  // the lane holding value t
         total = 0.0;
-        if (t < NV) {
-          const uint lane = bitfieldReverse(t / NJ) >> (32u - HALVINGS);  // the lane holding value t
-          [[unroll]] for (uint s = 0u; s < GL / LS; ++s) total += red[(g * GL + s * LS + lane) * NJ + t % NJ];
-        }
+        [[unroll]] for (uint s = 0u; s < GL / LS; ++s) total += red[(g * GL + s * LS + lane) * NJ + t % NJ];
       }
-      if (t < NV) {
+      {
         const uint v = owned_value(t), i = i0 + v / CPG;
         float x = 0.0;
         if (i < k.L) {
@@ -174,7 +159,7 @@ void main() {
       // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows
       [[unroll]] for (uint i = 0u; i < SUB; ++i) {
         const vec4 qv = sq[buf][i * (D / 4u) + t], wv = sw[buf][i * (D / 4u) + t];
-        const CVEC a = sdo[buf][i * NG + g], b = sdu[i * NG + g];
+        const vec4 a = sdo[buf][i * NG + g], b = sdu[i * NG + g];
         [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = fma(qv, vec4(a[c]), fma(-wv, vec4(b[c]), acc[c]));
       }
     }
