@@ -121,6 +121,13 @@ void main() {
       s[c][r] = has(STATE_H0) ? h0[(bh * D + rg * 16u + r) * D + col0 + c] : 0.0;
 
   Block nxt = fetch(b, h, ko, blk, 0u, lid);
+  // A step's o leaves at the next step (the last one's after the loop): its sums over the rows are
+  // reduced beside the next step's S~ . k^ sums, so that the two shuffle chains overlap.
+  float po[4] = float[4](0.0, 0.0, 0.0, 0.0);  // the pending step's partial sums of S~ . q^
+  float cs_o = 0.0;                            // its cs
+  uint vi_o = 0u;                              // o_pre's index of its column total (pend)
+  bool pend = false;
+  uint seg_step = 0u, seg_next = 0u;  // steps into the segment, and the segments completed
   for (uint tb = 0u; tb < pc.t; tb += TS) {
     const uint nst = min(TS, pc.t - tb);
     barrier();  // the previous block's readers are done
@@ -152,6 +159,8 @@ void main() {
         p[c] = a0 + a1;
       }
       const float kv_star = cs * transpose_reduce(p[0], p[1], p[2], p[3], lane);
+      const float o_prev = cs_o * transpose_reduce(po[0], po[1], po[2], po[3], lane);
+      if (pend && rg < 4u) o_pre[vi_o] = o_prev;  // lanes rg and rg^4 hold the same column total
       // gather the other three columns' totals: column cstar ^ m lives on lane ^ (m: bit1 -> 1, bit0 -> 2)
       const float x1 = subgroupShuffleXor(kv_star, 2u);  // column cstar ^ 1
       const float x2 = subgroupShuffleXor(kv_star, 1u);  // column cstar ^ 2
@@ -175,22 +184,27 @@ void main() {
           a0 = fma(s[c][r], q[r], a0);
           a1 = fma(s[c][r + 1u], q[r + 1u], a1);
         }
-        p[c] = a0 + a1;
+        po[c] = a0 + a1;
       }
-      const float o_star = cs * transpose_reduce(p[0], p[1], p[2], p[3], lane);
-      const uint vi = (b * pc.t + ti) * pc.nv * D + h * D + col0 + cstar;
-      if (rg < 4u) {  // lanes rg and rg^4 hold the same column total: one of them stores
-        o_pre[vi] = o_star;
-        if (pc.keep != 0u) kv_out[vi] = kv_star;
-      }
-      const uint seg_next = (ti + 1u) / pc.cs;
-      if (pc.keep != 0u && (ti + 1u) % pc.cs == 0u && seg_next < pc.nseg) {
-        const uint at = ((bh * slots + seg_next - 1u) * D * D + col0 * D + rg * 16u) / 4u;
-        [[unroll]] for (uint c = 0u; c < 4u; ++c)
-          [[unroll]] for (uint i = 0u; i < 4u; ++i)
-            ck4[at + c * (D / 4u) + i] = cs * vec4(s[c][4u * i], s[c][4u * i + 1u], s[c][4u * i + 2u], s[c][4u * i + 3u]);
+      cs_o = cs;
+      vi_o = (b * pc.t + ti) * pc.nv * D + h * D + col0 + cstar;
+      pend = true;
+      if (pc.keep != 0u && rg < 4u) kv_out[vi_o] = kv_star;
+      if (++seg_step == pc.cs) {  // the state after the segment's last step: a checkpoint
+        seg_step = 0u;
+        ++seg_next;
+        if (pc.keep != 0u && seg_next < pc.nseg) {
+          const uint at = ((bh * slots + seg_next - 1u) * D * D + col0 * D + rg * 16u) / 4u;
+          [[unroll]] for (uint c = 0u; c < 4u; ++c)
+            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+              ck4[at + c * (D / 4u) + i] = cs * vec4(s[c][4u * i], s[c][4u * i + 1u], s[c][4u * i + 2u], s[c][4u * i + 3u]);
+        }
       }
     }
+  }
+  {  // the last step's o
+    const float o_last = cs_o * transpose_reduce(po[0], po[1], po[2], po[3], lane);
+    if (pend && rg < 4u) o_pre[vi_o] = o_last;
   }
   if (has(STATE_CARRY))
     [[unroll]] for (uint c = 0u; c < 4u; ++c)
