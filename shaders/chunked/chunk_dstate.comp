@@ -11,7 +11,10 @@
 // so that dU's sums over the rows stay within the group (a transpose-reduce over its lanes, through
 // shared memory only where a subgroup is smaller than the group). The chunk's rows pass through
 // double-buffered shared memory SUB at a time (a round), each round's operands loaded during the
-// round before.
+// round before, with the log decays its invocation applies (no shared copy of the chunk's gates):
+// one workgroup barrier a round, where a subgroup holds the group (dU's exchange within the group
+// then needs only the subgroup's).
+#extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #define WG 256u  // invocations
@@ -29,6 +32,7 @@ layout(set = 0, binding = 6) readonly buffer Dht { float dht[]; };      // [B, n
 layout(set = 0, binding = 7) writeonly buffer Dh0 { float dh0[]; };     // [B, nv, D, D]
 
 #define CHUNK_NO_GATES
+#define CHUNK_NO_SHARED_GATES
 #include "chunk.glsl"
 
 // 4 state columns a group: a staged k^, q^ or W vec4 feeds 4 columns' FMAs, and dU's transpose-reduce
@@ -56,6 +60,9 @@ struct Round {
   vec4 k, q, w;  // k^, q^, W of row e / (D/4), element group e % (D/4), e = tid (SUB*D/4 = WG)
   float dO;      // dO of row tid / COLS, column tid % COLS (tid < SUB * COLS)
   float pdo;     // P^T dO of the value the thread's lane owns (owned_value)
+  vec2 lgq;      // lg (hi, lo) of the row whose q^ it stages
+  vec2 lgu;      // lg of the owned value's row
+  vec2 lge;      // lg of the chunk's last row (log Gamma)
 };
 
 // The dU value (v = CPG i + column) that lane t of a group totals: where the whole group is one
@@ -66,6 +73,8 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   Round f;
   f.k = vec4(0.0); f.q = vec4(0.0); f.w = vec4(0.0); f.dO = 0.0; f.pdo = 0.0;
   const uint i = i0 + tid / (D / 4u), r4 = tid % (D / 4u);
+  f.lgq = chunk_lg(k, min(i, CH - 1u));
+  f.lge = chunk_lg(k, CH - 1u);
   if (i < k.L) {
     const uint bt = k.b * pc.t + k.t0 + i;
     f.k = qkn4[qk_at(QK_K, bt, k.ko) / 4u + r4];
@@ -75,6 +84,7 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   const uint iu = i0 + tid / COLS;
   if (iu < k.L && tid < SUB * COLS) f.dO = do_in[head_row(k, iu) * D + blk * COLS + tid % COLS];
   const uint t = tid % GL, v = owned_value(t), id = i0 + v / CPG;
+  f.lgu = chunk_lg(k, min(id, CH - 1u));
   if (id < k.L) f.pdo = du[head_row(k, id) * D + blk * COLS + CPG * (tid / GL) + v % CPG];
   return f;
 }
@@ -93,29 +103,21 @@ void main() {
     [[unroll]] for (uint l = 0u; l < 4u; ++l)
       ds[c][l] = has(STATE_CARRY) ? dht[(bh * D + 4u * t + l) * D + col + c] : 0.0;
   Round next = fetch(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), 0u, tid, blk);
-  vec2 lg_next = tid < CH ? chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u), tid) : vec2(0.0);
 
   uint buf = 0u;
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(bh / pc.nv, bh % pc.nv, nch - 1u - cc);
-    // (no reader of the previous chunk's lg is left: every one is before a round's second barrier)
-    if (tid < CH) {
-      lg[tid] = lg_next.x;
-      lgl[tid] = lg_next.y;
-    }
-    if (tid < CH && k.c > 0u) lg_next = chunk_lg(chunk_of(bh / pc.nv, bh % pc.nv, k.c - 1u), tid);  // ahead
-    barrier();
     // The chunk's end-state gradient, for chunk_values (the last chunk's is dht: not stored).
     if (k.c + 1u < nch)
       [[unroll]] for (uint c = 0u; c < CPG; ++c) dsc4[((bh * slots + k.c) * D + col + c) * (D / 4u) + t] = ds[c];
     vec4 acc[CPG];
-    [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = exp(lg_of(CH - 1u)) * ds[c];
+    [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = exp(next.lge.x + next.lge.y) * ds[c];
 
     for (uint i0 = 0u; i0 < k.L; i0 += SUB, buf ^= 1u) {
-      // (buffer buf was last read two rounds ago, before the last round's first barrier)
+      // (buffer buf was last read two rounds ago, before the last round's barrier)
       const Round cur = next;
       sk[buf][tid] = cur.k;
-      sq[buf][tid] = exp(lg_of(min(i0 + tid / (D / 4u), CH - 1u))) * cur.q;
+      sq[buf][tid] = exp(cur.lgq.x + cur.lgq.y) * cur.q;
       sw[buf][tid] = cur.w;
       if (tid < SUB * COLS) sdo[buf][(tid / COLS) * NG + (tid % COLS) / CPG][tid % CPG] = cur.dO;
       if (i0 + SUB < k.L) next = fetch(k, i0 + SUB, tid, blk);
@@ -127,6 +129,11 @@ void main() {
       [[unroll]] for (uint i = 0u; i < SUB; ++i) {
         const vec4 k4 = sk[buf][i * (D / 4u) + t];
         [[unroll]] for (uint c = 0u; c < CPG; ++c) p[CPG * i + c] = dot(k4, ds[c]);
+      }
+      // dS's first update term, sum_i gamma_i q_i[r] dO[i][j], beside the transpose-reduce's shuffles
+      [[unroll]] for (uint i = 0u; i < SUB; ++i) {
+        const vec4 qv = sq[buf][i * (D / 4u) + t], a = sdo[buf][i * NG + g];
+        [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = fma(qv, vec4(a[c]), acc[c]);
       }
       // transpose-reduce: each step halves the values a lane holds, over lane bit m (the first
       // steps over the low bits, all within the subgroup)
@@ -150,17 +157,23 @@ void main() {
         const uint v = owned_value(t), i = i0 + v / CPG;
         float x = 0.0;
         if (i < k.L) {
-          x = cur.pdo + exp(lgd(CH - 1u, i)) * total;
+          x = cur.pdo + exp(lg_diff(cur.lge.x, cur.lge.y, cur.lgu.x, cur.lgu.y)) * total;
           du[head_row(k, i) * D + col + v % CPG] = x;
         }
         sdu[(v / CPG) * NG + g][v % CPG] = x;
       }
-      barrier();
-      // dS[r][j] += sum_i gamma_i q_i[r] dO[i][j] - W[i][r] dU[i][j], for the round's rows
+      // sdu's slots of a group are its own: where the group is one subgroup, that subgroup's barrier
+      // (the next round's writes of sdu come after its workgroup barrier)
+      if (LS == GL) {
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+      } else {
+        barrier();
+      }
+      // dS[r][j] -= sum_i W[i][r] dU[i][j], for the round's rows
       [[unroll]] for (uint i = 0u; i < SUB; ++i) {
-        const vec4 qv = sq[buf][i * (D / 4u) + t], wv = sw[buf][i * (D / 4u) + t];
-        const vec4 a = sdo[buf][i * NG + g], b = sdu[i * NG + g];
-        [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = fma(qv, vec4(a[c]), fma(-wv, vec4(b[c]), acc[c]));
+        const vec4 wv = sw[buf][i * (D / 4u) + t], b = sdu[i * NG + g];
+        [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = fma(-wv, vec4(b[c]), acc[c]);
       }
     }
     ds = acc;
