@@ -120,18 +120,17 @@ void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint co
 
 // The pair dots of chunk k: the sums of the NSG subgroups' shares that yv_out left in their tiles
 // (between two barriers), into the workgroup's slot; invocation tid at elements [j][i] = [e / 16][e % 16],
-// e = tid + 32 NSG r.
+// e = tid (256 invocations, 256 elements).
 void sum_pair_dots(Chunk k, uint bh, uint nch, uint tid) {
-  for (uint e = tid; e < 256u; e += 32u * NSG) {
-    float s_ou = 0.0, s_yx = 0.0;
-    [[unroll]] for (uint g = 0u; g < NSG; ++g) {
-      s_ou += tiles[g * 512u + e];
-      s_yx += tiles[g * 512u + 256u + e];
-    }
-    const uint at = ((bh * nch + k.c) * SPLIT + linear_group() % SPLIT) * 512u + (e % 16u) * 16u + e / 16u;  // [i][j]
-    pdots[at] = s_ou;
-    pdots[at + 256u] = s_yx;
+  const uint e = tid;
+  float s_ou = 0.0, s_yx = 0.0;
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) {
+    s_ou += tiles[g * 512u + e];
+    s_yx += tiles[g * 512u + 256u + e];
   }
+  const uint at = ((bh * nch + k.c) * SPLIT + linear_group() % SPLIT) * 512u + (e % 16u) * 16u + e / 16u;  // [i][j]
+  pdots[at] = s_ou;
+  pdots[at + 256u] = s_yx;
 }
 
 void main() {
@@ -142,6 +141,7 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = split_col0(sg);                  // the subgroup's first state column
+  const bool cols = holds_columns(sg);  // else a helper: it stages operators and adds the pair dots only
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO (then its U dO^T share), Yv (then X Yv^T)
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
@@ -188,7 +188,7 @@ void main() {
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u)  // the chunk before
+    if (cc > 0u && cols)  // the chunk before
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
     vec4 o[2] = o_next, u[2] = u_next, wd[2];
     const vec4 z[2] = {stream_value(BF16_Z, z_next[0]), stream_value(BF16_Z, z_next[1])};
@@ -205,7 +205,7 @@ void main() {
     }
     // over the 8 lanes of those columns (lane / 4 picks the rows), then lanes 0 .. 3 store them
     [[unroll]] for (uint m = 4u; m < 32u; m *= 2u) dn += subgroupShuffleXor(dn, m);
-    if (lane < 4u) dnorm_part4[((bh * nch + nch - 1u - cc) * D + col0) / 4u + lane] = dn;
+    if (lane < 4u && cols) dnorm_part4[((bh * nch + nch - 1u - cc) * D + col0) / 4u + lane] = dn;
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
@@ -214,136 +214,138 @@ void main() {
     if (SPLIT == 1u)
       [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
     barrier();
-    int eo;
-    float omax;  // the largest |dO| of the subgroup's columns
-    {
-      vec4 dO[2];
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-        const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-        const float rs = SPLIT == 1u ? row_total(i) : i < k.L ? row_sums[head_row(k, i)] : 0.0;
-        const float coef = rs / float(D) * inv[e] * inv[e] * inv[e];
-        dO[e] = inv[e] * wd[e] - o[e] * coef;
-        if (i < k.L) {
-          do4[at] = dO[e];
-          const vec4 dz = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
-          if (bf16(BF16_DZ))
-            dz2[at] = round_bf16x4(dz);
-          else
-            dz4[at] = dz;
+    if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
+      int eo;
+      float omax;  // the largest |dO| of the subgroup's columns
+      {
+        vec4 dO[2];
+        [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+          const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
+          const float rs = SPLIT == 1u ? row_total(i) : i < k.L ? row_sums[head_row(k, i)] : 0.0;
+          const float coef = rs / float(D) * inv[e] * inv[e] * inv[e];
+          dO[e] = inv[e] * wd[e] - o[e] * coef;
+          if (i < k.L) {
+            do4[at] = dO[e];
+            const vec4 dz = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
+            if (bf16(BF16_DZ))
+              dz2[at] = round_bf16x4(dz);
+            else
+              dz4[at] = dz;
+          }
         }
+        // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
+        omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+        eo = scale_exponent(omax);
+        if (omax > 0.0) eo_min = min(eo_min, eo);
+        if (s_start > 0.0) {
+          // dS^T K~^T at 2^(ed + eqk) is under 128 |2^ed dS| 2^1 < 2^(td + 9), td = floor(log2(2^ed |dS|))
+          const int td = int(floatBitsToUint(s_start * pow2(ed)) >> 23u) - 127;
+          eu = min(eo + cur.ep, ed + cur.eqk - td);
+          ed_min = min(ed_min, scale_exponent(s_start));
+        } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
+          eu = eo + cur.ep;
+          ed = eu - cur.eqk;
+        }
+        if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
+        [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
+        TILE_SYNC()  // the subgroup's dO tile is in
       }
-      // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
-      omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
-      eo = scale_exponent(omax);
-      if (omax > 0.0) eo_min = min(eo_min, eo);
-      if (s_start > 0.0) {
-        // dS^T K~^T at 2^(ed + eqk) is under 128 |2^ed dS| 2^1 < 2^(td + 9), td = floor(log2(2^ed |dS|))
-        const int td = int(floatBitsToUint(s_start * pow2(ed)) >> 23u) - 127;
-        eu = min(eo + cur.ep, ed + cur.eqk - td);
-        ed_min = min(ed_min, scale_exponent(s_start));
-      } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
-        eu = eo + cur.ep;
-        ed = eu - cur.eqk;
+
+      // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
+      // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is dht or zero).
+      if (k.c + 1u < nch && k.c % 2u == 1u)
+        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+          coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
+
+      // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
+      F32M dOt;  // 2^eo dO^T
+      coopMatLoadNV(dOt, tiles, t_do, 16u, true);
+      F16M oh, ol;
+      split(dOt, oh, ol);
+      // (2^ep P and 2^eqk K~ staged: dO^T P alone first, at 2^(eo + ep), brought to dS^T K~^T's
+      // 2^(ed + eqk), then the sum to 2^eu)
+      F32M du = F32M(0.0), du_lo = F32M(0.0);
+      {
+        F16M bh_, bl;
+        coopMatLoadNV(bh_, ph, 0u, PP, false);
+        coopMatLoadNV(bl, pl, 0u, PP, false);
+        mma_split_into(du, oh, ol, bh_, bl);
+        du = du * pow2(ed + cur.eqk - eo - cur.ep);
       }
-      if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
-      TILE_SYNC()  // the subgroup's dO tile is in
-    }
+      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+        F16M sh, sl, bh_, bl;
+        split_state(dst[rt], sh, sl);
+        coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
+        coopMatLoadNV(bl, kl, 4u * rt, DP, true);
+        MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
+      }
+      // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
+      // made while dU's products are in flight (faster than before them or after Yv).
+      {
+        F32M m;
+        F16M ah, al;
+        const vec4 us[2] = vec4[2](sv * u[0], sv * u[1]);
+        PUT_LANE_TILE(t_du, lane, us)
+        TILE_SYNC()  // and every lane's load of dO^T is done
+        coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
+        split(m, ah, al);
+        m = F32M(0.0);
+        mma_split_into(m, ah, al, oh, ol);
+        coopMatStoreNV(m * pow2(-(eo + ev)), tiles, t_do, 16u, false);
+      }
+      du = unsplit(du, du_lo) * pow2(eu - ed - cur.eqk);
 
-    // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
-    // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is dht or zero).
-    if (k.c + 1u < nch && k.c % 2u == 1u)
-      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
-
-    // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
-    F32M dOt;  // 2^eo dO^T
-    coopMatLoadNV(dOt, tiles, t_do, 16u, true);
-    F16M oh, ol;
-    split(dOt, oh, ol);
-    // (2^ep P and 2^eqk K~ staged: dO^T P alone first, at 2^(eo + ep), brought to dS^T K~^T's
-    // 2^(ed + eqk), then the sum to 2^eu)
-    F32M du = F32M(0.0), du_lo = F32M(0.0);
-    {
-      F16M bh_, bl;
-      coopMatLoadNV(bh_, ph, 0u, PP, false);
-      coopMatLoadNV(bl, pl, 0u, PP, false);
-      mma_split_into(du, oh, ol, bh_, bl);
-      du = du * pow2(ed + cur.eqk - eo - cur.ep);
+      FETCH_TILE(x4, k, lane, col0, xr)
+      xr[0] *= sv;
+      xr[1] *= sv;
+      if (cc + 1u < nch) {
+        const Chunk kn = chunk_of(b, h, nch - 2u - cc);
+        FETCH_TILE(u4, kn, lane, col0, u_next)
+        FETCH_TILE(o4, kn, lane, col0, o_next)
+        FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
+        FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
+      }
+      // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
+      F16M uh, ul;
+      split(du, uh, ul);
+      float y_max;  // the largest |2^eu Yv|
+      {
+        F16M bh_, bl;
+        coopMatLoadNV(bh_, th, 0u, PP, false);
+        coopMatLoadNV(bl, tl, 0u, PP, false);
+        F32M yt = F32M(0.0), y_lo = F32M(0.0);
+        MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
+        yt = unsplit(yt, y_lo);
+        y_max = subgroup_max32(tile_absmax(yt));
+        split(yt, yth, ytl);
+      }
+      // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
+      // loads of the stages): the first product at 2^(eo + eqk), the second at 2^(eu + eqk)
+      const float gam = exp(cur.lgam.x + cur.lgam.y);
+      // The new dS at 2^en (state_exponent), from the bound Gamma |dS| + 16 rows of |Q~|,
+      // |diag(beta gamma) K| < 2^(1 - eqk) times |dO| and |Yv|.
+      const int en = state_exponent(gam * s_start + 32.0 * pow2(-cur.eqk) * (omax + y_max * pow2(-eu)));
+      const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(en - eu - cur.eqk);
+      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+        F16M qb, ql_, wb, wl_;
+        coopMatLoadNV(qb, qh, 4u * rt, DP, false);
+        coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
+        coopMatLoadNV(wb, xh, 4u * rt, DP, false);
+        coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
+        F32M acc = dst[rt] * to_o, lo = F32M(0.0);
+        MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
+        acc = acc * o_to_u;
+        lo = lo * o_to_u;
+        MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
+        dst[rt] = unsplit(acc, lo) * from_u;
+        s_lane[rt] = tile_absmax(dst[rt]);
+      }
+      ed = en;
     }
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      F16M sh, sl, bh_, bl;
-      split_state(dst[rt], sh, sl);
-      coopMatLoadNV(bh_, kh, 4u * rt, DP, true);
-      coopMatLoadNV(bl, kl, 4u * rt, DP, true);
-      MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
-    }
-    // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
-    // made while dU's products are in flight (faster than before them or after Yv).
-    {
-      F32M m;
-      F16M ah, al;
-      const vec4 us[2] = vec4[2](sv * u[0], sv * u[1]);
-      PUT_LANE_TILE(t_du, lane, us)
-      TILE_SYNC()  // and every lane's load of dO^T is done
-      coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
-      split(m, ah, al);
-      m = F32M(0.0);
-      mma_split_into(m, ah, al, oh, ol);
-      coopMatStoreNV(m * pow2(-(eo + ev)), tiles, t_do, 16u, false);
-    }
-    du = unsplit(du, du_lo) * pow2(eu - ed - cur.eqk);
-
-    FETCH_TILE(x4, k, lane, col0, xr)
-    xr[0] *= sv;
-    xr[1] *= sv;
-    if (cc + 1u < nch) {
-      const Chunk kn = chunk_of(b, h, nch - 2u - cc);
-      FETCH_TILE(u4, kn, lane, col0, u_next)
-      FETCH_TILE(o4, kn, lane, col0, o_next)
-      FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
-      FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
-    }
-    // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
-    F16M uh, ul;
-    split(du, uh, ul);
-    float y_max;  // the largest |2^eu Yv|
-    {
-      F16M bh_, bl;
-      coopMatLoadNV(bh_, th, 0u, PP, false);
-      coopMatLoadNV(bl, tl, 0u, PP, false);
-      F32M yt = F32M(0.0), y_lo = F32M(0.0);
-      MMA_SPLIT(yt, y_lo, uh, ul, bh_, bl)
-      yt = unsplit(yt, y_lo);
-      y_max = subgroup_max32(tile_absmax(yt));
-      split(yt, yth, ytl);
-    }
-    // dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K   (Q~, -diag(beta gamma) K: row-major
-    // loads of the stages): the first product at 2^(eo + eqk), the second at 2^(eu + eqk)
-    const float gam = exp(cur.lgam.x + cur.lgam.y);
-    // The new dS at 2^en (state_exponent), from the bound Gamma |dS| + 16 rows of |Q~|,
-    // |diag(beta gamma) K| < 2^(1 - eqk) times |dO| and |Yv|.
-    const int en = state_exponent(gam * s_start + 32.0 * pow2(-cur.eqk) * (omax + y_max * pow2(-eu)));
-    const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(en - eu - cur.eqk);
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      F16M qb, ql_, wb, wl_;
-      coopMatLoadNV(qb, qh, 4u * rt, DP, false);
-      coopMatLoadNV(ql_, ql, 4u * rt, DP, false);
-      coopMatLoadNV(wb, xh, 4u * rt, DP, false);
-      coopMatLoadNV(wl_, xl, 4u * rt, DP, false);
-      F32M acc = dst[rt] * to_o, lo = F32M(0.0);
-      MMA_SPLIT(acc, lo, oh, ol, qb, ql_)
-      acc = acc * o_to_u;
-      lo = lo * o_to_u;
-      MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
-      dst[rt] = unsplit(acc, lo) * from_u;
-      s_lane[rt] = tile_absmax(dst[rt]);
-    }
-    ed = en;
   }
-  yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
+  if (cols) yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
   // dS now is the gradient of chunk 0's start state: dh0 (where the forward had h0)
-  if (STATES && has(STATE_H0))
+  if (STATES && has(STATE_H0) && cols)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
       coopMatStoreNV(dst[rt] * pow2(-ed), dh0, (bh * D + 16u * rt) * D + col0, D, true);
   barrier();

@@ -101,6 +101,7 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // checkpoints: one per pair of chunks but the first
   const uint col0 = split_col0(sg);                  // the subgroup's first state column
+  const bool cols = holds_columns(sg);  // else a helper: it stages operators only
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: V (then U on its way out), O
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
@@ -151,7 +152,7 @@ void main() {
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
     if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
+    if (cols) [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
     // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait
     FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
@@ -160,105 +161,106 @@ void main() {
       next = fetch_operators(k1, tid);
       fetch_v(k1, lane, col0, v_next);
     }
+    if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
+      // The state at the start of each pair of chunks, for the backward (chunk_pair_bwd_mma makes the
+      // one between them again; chunk 0 starts at h0 or zero: not stored).
+      if (pc.keep != 0u && c > 0u && c % 2u == 0u)
+        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+          coopMatStoreNV(st[rt] * pow2(-es), ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
 
-    // The state at the start of each pair of chunks, for the backward (chunk_pair_bwd_mma makes the
-    // one between them again; chunk 0 starts at h0 or zero: not stored).
-    if (pc.keep != 0u && c > 0u && c % 2u == 0u)
-      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-        coopMatStoreNV(st[rt] * pow2(-es), ck, ((bh * slots + c / 2u - 1u) * D + col0) * D + 16u * rt, D, false);
-
-    // -S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major loads), at
-    // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
-    F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
-    float s_lane[8];  // the lane's largest |2^es S| of each tile
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      F16M sh, sl, bh_, bl;
-      s_lane[rt] = tile_absmax(st[rt]);
-      split_state(st[rt], sh, sl);
-      coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
-      coopMatLoadNV(bl, xl, 4u * rt, DP, true);
-      MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
-      coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
-      coopMatLoadNV(bl, ql, 4u * rt, DP, true);
-      MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
-    }
-    F32M u = F32M(0.0);
-    {
-      F16M xh, xl, bh_, bl;
-      F32M vt;
-      coopMatLoadNV(vt, tiles, t_u, 16u, true);  // 2^eu V^T [column][j]
-      const F32M xs = vt + unsplit(x, x_lo) * pow2(eu - es - cur.eqk);
-      if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
-        if (k.L == CH) {
-          coopMatStoreNV(xs * inv_su, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
-        } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
-          TILE_SYNC()  // every lane's load of V^T is done
-          coopMatStoreNV(xs * inv_su, tiles, t_u, 16u, true);
-          TILE_SYNC()
-          STORE_TILE_ROWS(xp4, k, lane, col0, t_u, t_lane)
-          TILE_SYNC()  // read before U takes the tile
+      // -S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major loads), at
+      // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
+      F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
+      float s_lane[8];  // the lane's largest |2^es S| of each tile
+      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+        F16M sh, sl, bh_, bl;
+        s_lane[rt] = tile_absmax(st[rt]);
+        split_state(st[rt], sh, sl);
+        coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
+        coopMatLoadNV(bl, xl, 4u * rt, DP, true);
+        MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
+        coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
+        coopMatLoadNV(bl, ql, 4u * rt, DP, true);
+        MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
+      }
+      F32M u = F32M(0.0);
+      {
+        F16M xh, xl, bh_, bl;
+        F32M vt;
+        coopMatLoadNV(vt, tiles, t_u, 16u, true);  // 2^eu V^T [column][j]
+        const F32M xs = vt + unsplit(x, x_lo) * pow2(eu - es - cur.eqk);
+        if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
+          if (k.L == CH) {
+            coopMatStoreNV(xs * inv_su, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
+          } else {  // the last chunk of a window, short: its rows through the V tile (free since V^T was loaded)
+            TILE_SYNC()  // every lane's load of V^T is done
+            coopMatStoreNV(xs * inv_su, tiles, t_u, 16u, true);
+            TILE_SYNC()
+            STORE_TILE_ROWS(xp4, k, lane, col0, t_u, t_lane)
+            TILE_SYNC()  // read before U takes the tile
+          }
         }
+        split(xs, xh, xl);
+        coopMatLoadNV(bh_, th, 0u, PP, true);
+        coopMatLoadNV(bl, tl, 0u, PP, true);
+        mma_split_into(u, xh, xl, bh_, bl);
       }
-      split(xs, xh, xl);
-      coopMatLoadNV(bh_, th, 0u, PP, true);
-      coopMatLoadNV(bl, tl, 0u, PP, true);
-      mma_split_into(u, xh, xl, bh_, bl);
-    }
-    const float s_start = subgroup_max32(max8(s_lane)) * pow2(-es);  // the largest |S0| of the subgroup's columns
-    if (s_start > 0.0) es_min = min(es_min, scale_exponent(s_start));
-    const float u_max = subgroup_max32(tile_absmax(u));  // of 2^eu U
-    F16M uh, ul;
-    split(u, uh, ul);
-    {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j]), each scaled back
-      F16M bh_, bl;
-      coopMatLoadNV(bh_, ph, 0u, PP, true);
-      coopMatLoadNV(bl, pl, 0u, PP, true);
-      F32M op = F32M(0.0);
-      mma_split_into(op, uh, ul, bh_, bl);
-      o = unsplit(o, o_lo) * pow2(-(es + cur.eqk)) + op * pow2(-(eu + cur.ep));
-    }
-    // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
-    // through the V tile with O
-    const bool u_tile = pc.keep != 0u && k.L < CH;
-    if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u * inv_su, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
-    if (u_tile) coopMatStoreNV(u * inv_su, tiles, t_u, 16u, true);
-    coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
-    TILE_SYNC()
-    vec4 o8[2];  // the lane's elements of O
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-      o8[e] = TILE4_AT(t_o + t_lane + 128u * e);
-      if (i < k.L) {
-        if (u_tile) up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
-        if (pc.keep != 0u || SPLIT > 1u) o4[at] = o8[e];
+      const float s_start = subgroup_max32(max8(s_lane)) * pow2(-es);  // the largest |S0| of the subgroup's columns
+      if (s_start > 0.0) es_min = min(es_min, scale_exponent(s_start));
+      const float u_max = subgroup_max32(tile_absmax(u));  // of 2^eu U
+      F16M uh, ul;
+      split(u, uh, ul);
+      {  // O^T += U^T P^T (P^T [j][i]: a column-major load of P [i][j]), each scaled back
+        F16M bh_, bl;
+        coopMatLoadNV(bh_, ph, 0u, PP, true);
+        coopMatLoadNV(bl, pl, 0u, PP, true);
+        F32M op = F32M(0.0);
+        mma_split_into(op, uh, ul, bh_, bl);
+        o = unsplit(o, o_lo) * pow2(-(es + cur.eqk)) + op * pow2(-(eu + cur.ep));
       }
-      if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
+      // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
+      // through the V tile with O
+      const bool u_tile = pc.keep != 0u && k.L < CH;
+      if (pc.keep != 0u && k.L == CH) coopMatStoreNV(u * inv_su, up, head_row(k, 0u) * D + col0, pc.nv * D, true);  // U [i][column]
+      if (u_tile) coopMatStoreNV(u * inv_su, tiles, t_u, 16u, true);
+      coopMatStoreNV(o, tiles, t_o, 16u, true);  // O [i][column]
+      TILE_SYNC()
+      vec4 o8[2];  // the lane's elements of O
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+        const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
+        o8[e] = TILE4_AT(t_o + t_lane + 128u * e);
+        if (i < k.L) {
+          if (u_tile) up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
+          if (pc.keep != 0u || SPLIT > 1u) o4[at] = o8[e];
+        }
+        if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
+      }
+
+      const float gam = exp(cur.lgam.x + cur.lgam.y);
+
+      // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
+      // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
+      // from the chunk's largest |k^|, the decays are at most 1) times |U|.
+      vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
+      const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cur.eqk)));
+      const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(en - eu - cur.eqk);
+      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
+        F16M bh_, bl;
+        coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
+        coopMatLoadNV(bl, kl, 4u * rt, DP, false);
+        F32M acc = st[rt] * to_p, lo = F32M(0.0);
+        MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
+        st[rt] = unsplit(acc, lo) * from_p;
+      }
+      es = en;
+
+      // (the next chunk's writes of row_part come after its second barrier, by when the reads of
+      // these row sums are done)
+      o_prev = o8;
+      z_prev = z;
     }
-
-    const float gam = exp(cur.lgam.x + cur.lgam.y);
-
-    // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
-    // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
-    // from the chunk's largest |k^|, the decays are at most 1) times |U|.
-    vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
-    const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cur.eqk)));
-    const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(en - eu - cur.eqk);
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      F16M bh_, bl;
-      coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
-      coopMatLoadNV(bl, kl, 4u * rt, DP, false);
-      F32M acc = st[rt] * to_p, lo = F32M(0.0);
-      MMA_SPLIT(acc, lo, uh, ul, bh_, bl)
-      st[rt] = unsplit(acc, lo) * from_p;
-    }
-    es = en;
-
-    // (the next chunk's writes of row_part come after its second barrier, by when the reads of
-    // these row sums are done)
-    o_prev = o8;
-    z_prev = z;
   }
-  if (STATES && has(STATE_CARRY))
+  if (STATES && has(STATE_CARRY) && cols)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
       coopMatStoreNV(st[rt] * pow2(-es), ht, (bh * D + 16u * rt) * D + col0, D, true);
   if (SPLIT == 1u) {

@@ -18,17 +18,23 @@
 //   takes W^T dU as K^T diag(beta gamma) Yv with Yv = T^T dU (W = T diag(beta gamma) K), one 16 x 16
 //   product on its chain, so that no pass makes W.
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head) where the heads fill
-// the device.
+// the device. A split workgroup has 8 subgroups too: the NSG that hold state columns and 8 - NSG
+// that only help stage each chunk's operators (the staging is on the serial chain, and the split
+// workgroups are few: the registers are there).
 // The staged K~, Q~ and third operator are 2^eqk times theirs and P 2^ep times (chunk_prep_fwd's
 // exponents, mma.glsl): the passes scale back each product they take from them.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),
 // eqkb ([B, nk, nch]) and epb ([B, nv, nch]).
-const uint NSG = 8u / SPLIT;
-const uint RPI = 16u / NSG;  // the staged operators' rows per invocation
-layout(local_size_x = 256 / SERIAL_SPLIT) in;  // NSG subgroups of 32 (the host requires exactly 32)
+const uint NSG = 8u / SPLIT;  // the subgroups that hold state columns: 0 .. NSG - 1
+const uint RPI = 2u;          // the staged operators' rows per invocation (16 rows, 8 subgroups)
+layout(local_size_x = 256) in;  // 8 subgroups of 32 (the host requires exactly 32)
 // The workgroup's (window, v-head) b nv + h, and its part of the head's columns.
 uint split_head() { return linear_group() / SPLIT; }
-uint split_col0(uint sg) { return 16u * (NSG * (linear_group() % SPLIT) + sg); }
+// Whether subgroup sg holds state columns (else it only stages operators).
+bool holds_columns(uint sg) { return SPLIT == 1u || sg < NSG; }
+// Subgroup sg's first state column (a helper's: the last column subgroup's, so that what it loads
+// stays in range; it stores nothing).
+uint split_col0(uint sg) { return 16u * (NSG * (linear_group() % SPLIT) + min(sg, NSG - 1u)); }
 
 // Staged [row i][element r] operators, as arrays of uvec2 (4 halves: one 64-bit store per invocation
 // and array; the matrix loads index them in uvec2s), rows DP uvec2s apart (272 bytes: the 8 rows of
@@ -125,7 +131,7 @@ void split_state(F32M x, out F16M hi, out F16M lo) {
 // must call it: it has barriers.
 float workgroup_min_after(float x, uint sg, uint lane) {
   barrier();  // the loops' readers of row_part are done
-  if (lane == 0u) row_part[sg] = x;
+  if (lane == 0u && sg < NSG) row_part[sg] = x;
   barrier();
   [[unroll]] for (uint g = 0u; g < NSG; ++g) x = min(x, row_part[g]);
   return x;
@@ -133,7 +139,7 @@ float workgroup_min_after(float x, uint sg, uint lane) {
 
 // One invocation's share of a chunk's operators.
 struct Operators {
-  vec4 k[RPI], q[RPI];  // rows i = tid / 32 + NSG e, elements 4 (tid % 32) .. of k^, q^
+  vec4 k[RPI], q[RPI];  // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
   vec2 lgi[RPI], lgam;  // lg (hi, lo) of those rows, and of the chunk's last row (log Gamma)
   int eqk, ep;         // the chunk's exponents (chunk_prep_fwd)
 #ifdef DSTATE_STAGE
@@ -150,7 +156,7 @@ struct Operators {
 Operators fetch_operators(Chunk k, uint tid) {
   Operators f;
   [[unroll]] for (uint e = 0u; e < RPI; ++e) {
-    const uint i = tid / 32u + NSG * e, r4 = tid % 32u;
+    const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
 #ifdef DSTATE_STAGE
@@ -186,7 +192,7 @@ Operators fetch_operators(Chunk k, uint tid) {
 void stage_operators(Operators f, uint tid) {
   const float sq = pow2(f.eqk);
   [[unroll]] for (uint e = 0u; e < RPI; ++e) {  // (each row's factors made as scalars first)
-    const uint at = (tid / 32u + NSG * e) * DP + tid % 32u;
+    const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
     const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
     PUT_SPLIT4(kh, kl, at, (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
     PUT_SPLIT4(qh, ql, at, g_i * f.q[e])
