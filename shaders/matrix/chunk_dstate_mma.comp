@@ -87,6 +87,16 @@ layout(set = 0, binding = 24) readonly buffer RowSums { float row_sums[]; };  //
 #define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
+// SPLIT > 1: helper subgroup NSG + s makes the norm's backward of subgroup s's columns before each
+// chunk's first barrier (the row sums come from row_sums.comp), and leaves 2^eo dO [i][column] and
+// the largest |dO| here (two of each, by the chunk's parity: a chunk's are read until the next
+// chunk's first barrier), so that the subgroups that hold columns start from dO. (The split builds'
+// only: preprocessor conditions, so that the unsplit build holds none of their code.)
+#if SERIAL_SPLIT > 1
+shared float hdo[2u * NSG * 256u];
+shared float hom[2u * NSG];
+#endif
+
 // Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]):
 // stores Yv at the subgroup's 16 columns (a whole chunk's rows straight from the registers, a short
 // chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
@@ -133,6 +143,32 @@ void sum_pair_dots(Chunk k, uint bh, uint nch, uint tid) {
   pdots[at + 256u] = s_yx;
 }
 
+// The norm's backward of chunk k's rows tile_row(lane, e) at the 4 columns from col0 + 4 (lane % 4)
+// (the lane's o, z, dout as g, 1/rms as inv, w dout as wd; rs the rows' <w dout, o>): dO, and the
+// stores of dO (for the later passes) and dz.
+void norm_backward(Chunk k, uint lane, uint col0, vec2 rs, float inv[2], vec4 wd[2], vec4 o[2], vec4 z[2], vec4 g[2],
+                   vec4 nw, out vec4 dO[2]) {
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
+    const float coef = rs[e] / float(D) * inv[e] * inv[e] * inv[e];
+    dO[e] = inv[e] * wd[e] - o[e] * coef;
+    if (i < k.L) {
+      do4[at] = dO[e];
+      const vec4 dz = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
+      if (bf16(BF16_DZ))
+        dz2[at] = round_bf16x4(dz);
+      else
+        dz4[at] = dz;
+    }
+  }
+}
+// The rows' <w dout, o> from row_sums.comp (SPLIT > 1), 0 past the chunk.
+vec2 row_sums_of(Chunk k, uint lane) {
+  vec2 rs;
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) rs[e] = tile_row(lane, e) < k.L ? row_sums[head_row(k, tile_row(lane, e))] : 0.0;
+  return rs;
+}
+
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
   const uint bh = split_head();  // b*nv + h
@@ -142,10 +178,14 @@ void main() {
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = split_col0(sg);                  // the subgroup's first state column
   const bool cols = holds_columns(sg);  // else a helper: it stages operators and adds the pair dots only
+  // SPLIT > 1: a helper that makes the norm's backward of subgroup hs's columns, from ncol0
+  const uint hs = sg - min(sg, NSG);
+  const bool norm_helper = SPLIT > 1u && !cols && hs < NSG;
+  const uint ncol0 = norm_helper ? 16u * (NSG * (linear_group() % SPLIT) + hs) : col0;
   const uint t_do = sg * 512u, t_du = t_do + 256u;  // its two tiles: dO (then its U dO^T share), Yv (then X Yv^T)
   const uint t_lane = tile_lane(lane);
-  // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
-  const vec4 nw = norm4[(col0 + 4u * (lane % 4u)) / 4u];
+  // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns ncol0 + 4 (lane % 4) ..
+  const vec4 nw = norm4[(ncol0 + 4u * (lane % 4u)) / 4u];
 
   const int ev = int(HEAD_EXPONENT(vscale, bh));
   const float sv = pow2(ev);
@@ -179,9 +219,9 @@ void main() {
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
     FETCH_TILE(u4, k0, lane, col0, u_next)
-    FETCH_TILE(o4, k0, lane, col0, o_next)
-    FETCH_STREAM(BF16_Z, z4, z2, k0, lane, col0, z_next)
-    FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, col0, g_next)
+    FETCH_TILE(o4, k0, lane, ncol0, o_next)
+    FETCH_STREAM(BF16_Z, z4, z2, k0, lane, ncol0, z_next)
+    FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, ncol0, g_next)
   }
   F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
   vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
@@ -194,18 +234,39 @@ void main() {
     const vec4 z[2] = {stream_value(BF16_Z, z_next[0]), stream_value(BF16_Z, z_next[1])};
     const vec4 g[2] = {stream_value(BF16_DOUT, g_next[0]), stream_value(BF16_DOUT, g_next[1])};
     float inv[2], part[2];
-    vec4 dn = vec4(0.0);  // the lane's 4 columns of the chunk's dnorm share, over its two rows
-    [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-      const uint i = tile_row(lane, e);
-      inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
-      const vec4 sz = silu(z[e]);
-      wd[e] = nw * sz * g[e];
-      part[e] = dot(wd[e], o[e]);
-      dn += g[e] * o[e] * inv[e] * sz;
+    if (SPLIT == 1u || norm_helper) {
+      vec4 dn = vec4(0.0);  // the lane's 4 columns of the chunk's dnorm share, over its two rows
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+        const uint i = tile_row(lane, e);
+        inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
+        const vec4 sz = silu(z[e]);
+        wd[e] = nw * sz * g[e];
+        part[e] = dot(wd[e], o[e]);
+        dn += g[e] * o[e] * inv[e] * sz;
+      }
+      // over the 8 lanes of those columns (lane / 4 picks the rows), then lanes 0 .. 3 store them
+      [[unroll]] for (uint m = 4u; m < 32u; m *= 2u) dn += subgroupShuffleXor(dn, m);
+      if (lane < 4u) dnorm_part4[((bh * nch + nch - 1u - cc) * D + ncol0) / 4u + lane] = dn;
     }
-    // over the 8 lanes of those columns (lane / 4 picks the rows), then lanes 0 .. 3 store them
-    [[unroll]] for (uint m = 4u; m < 32u; m *= 2u) dn += subgroupShuffleXor(dn, m);
-    if (lane < 4u && cols) dnorm_part4[((bh * nch + nch - 1u - cc) * D + col0) / 4u + lane] = dn;
+#if SERIAL_SPLIT > 1
+    if (norm_helper) {  // dO of subgroup hs's columns, from row_sums.comp's sums, for it to start from
+      vec4 dO[2];
+      norm_backward(k, lane, ncol0, row_sums_of(k, lane), inv, wd, o, z, g, nw, dO);
+      const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+      const uint at = (cc & 1u) * NSG * 256u + hs * 256u + t_lane;
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+        const vec4 x = pow2(scale_exponent(omax)) * dO[e];
+        hdo[at + 128u * e] = x.x; hdo[at + 128u * e + 1u] = x.y; hdo[at + 128u * e + 2u] = x.z; hdo[at + 128u * e + 3u] = x.w;
+      }
+      if (lane == 0u) hom[(cc & 1u) * NSG + hs] = omax;
+      if (cc + 1u < nch) {  // the next chunk's norm inputs
+        const Chunk kn = chunk_of(b, h, nch - 2u - cc);
+        FETCH_TILE(o4, kn, lane, ncol0, o_next)
+        FETCH_STREAM(BF16_Z, z4, z2, kn, lane, ncol0, z_next)
+        FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, ncol0, g_next)
+      }
+    }
+#endif
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
@@ -219,22 +280,13 @@ void main() {
       float omax;  // the largest |dO| of the subgroup's columns
       {
         vec4 dO[2];
-        [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-          const uint i = tile_row(lane, e), at = tile_at(k, i, col0, lane);
-          const float rs = SPLIT == 1u ? row_total(i) : i < k.L ? row_sums[head_row(k, i)] : 0.0;
-          const float coef = rs / float(D) * inv[e] * inv[e] * inv[e];
-          dO[e] = inv[e] * wd[e] - o[e] * coef;
-          if (i < k.L) {
-            do4[at] = dO[e];
-            const vec4 dz = g[e] * o[e] * inv[e] * nw * silu_bwd(z[e]);
-            if (bf16(BF16_DZ))
-              dz2[at] = round_bf16x4(dz);
-            else
-              dz4[at] = dz;
-          }
-        }
-        // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
+#if SERIAL_SPLIT > 1
+        omax = hom[(cc & 1u) * NSG + sg];  // its helper's
+#else
+        norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u)), row_total(tile_row(lane, 1u))), inv, wd, o, z, g, nw, dO);
         omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+#endif
+        // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
         eo = scale_exponent(omax);
         if (omax > 0.0) eo_min = min(eo_min, eo);
         if (s_start > 0.0) {
@@ -247,8 +299,10 @@ void main() {
           ed = eu - cur.eqk;
         }
         if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
-        [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
-        TILE_SYNC()  // the subgroup's dO tile is in
+        if (SPLIT == 1u) {
+          [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
+          TILE_SYNC()  // the subgroup's dO tile is in
+        }
       }
 
       // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
@@ -259,7 +313,11 @@ void main() {
 
       // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
       F32M dOt;  // 2^eo dO^T
+#if SERIAL_SPLIT > 1
+      coopMatLoadNV(dOt, hdo, (cc & 1u) * NSG * 256u + sg * 256u, 16u, true);
+#else
       coopMatLoadNV(dOt, tiles, t_do, 16u, true);
+#endif
       F16M oh, ol;
       split(dOt, oh, ol);
       // (2^ep P and 2^eqk K~ staged: dO^T P alone first, at 2^(eo + ep), brought to dS^T K~^T's
@@ -301,9 +359,11 @@ void main() {
       if (cc + 1u < nch) {
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);
         FETCH_TILE(u4, kn, lane, col0, u_next)
-        FETCH_TILE(o4, kn, lane, col0, o_next)
-        FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
-        FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
+        if (SPLIT == 1u) {  // (split: the helpers load the norm's inputs)
+          FETCH_TILE(o4, kn, lane, col0, o_next)
+          FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
+          FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
+        }
       }
       // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
       F16M uh, ul;
