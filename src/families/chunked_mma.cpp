@@ -46,16 +46,14 @@ class ChunkedMatrix final : public Family {
   }
   int chunks(int T) const { return (T + int(kChunk) - 1) / int(kChunk); }
   // Workgroups per (window, v-head) of the serial passes for B windows (chunk_mma.glsl's SPLIT): the
-  // config's, else 2 where the device's multiprocessors hold twice the heads' workgroups at once (one
-  // each: the serial passes' registers allow no more), else 1, and 1 where the passes run beside
-  // other windows' (States::side_by_side; the buffers are sized for the split without them). Never
-  // 4 by default: a workgroup of 2 subgroups still stages a whole chunk's operators, and measured
-  // slower than 1 at every shape.
+  // config's, else the most of 4 and 2 whose workgroups the device's multiprocessors hold at once
+  // (one each: the serial passes' registers allow no more), else 1, and 1 where the passes run
+  // beside other windows' (States::side_by_side; the buffers are sized for the split without them).
   std::uint32_t split(int B, bool side_by_side = false) const {
     if (cfg_.serial_split > 0) return std::uint32_t(cfg_.serial_split);
     if (side_by_side) return 1;
     const std::uint64_t heads = std::uint64_t(B) * cfg_.nv, mp = dev_.info().multiprocessors;
-    return heads * 2 <= mp ? 2 : 1;
+    return heads * 4 <= mp ? 4 : heads * 2 <= mp ? 2 : 1;
   }
   // Stored states at the edges of pairs of chunks: chunk_pair_bwd_mma takes a pair per workgroup and
   // makes the state between its chunks again.
