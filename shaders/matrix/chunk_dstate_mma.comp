@@ -14,8 +14,9 @@
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma), and the chunk's share of the norm
 // weight's gradient, sum over its rows of dout o inv silu(z) (no pass reads o, z, dout again for it).
-// With SPLIT > 1 (chunk_mma.glsl) a workgroup holds a share of each row's columns, and row_sums.comp
-// has made <w dout, o> of every row before this pass.
+// With SPLIT > 1 (chunk_mma.glsl) a workgroup holds a share of each row's columns, row_sums.comp
+// has made <w dout, o> of every row before this pass, and helper subgroups make the norm's
+// backward (hdo below).
 // Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
 // gradient, made by conv_bwd as it reads it), dbeta's value-dim term sum_c X o Yv (the diagonal of
 // the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
@@ -177,7 +178,8 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // one per pair of chunks but the last
   const uint col0 = split_col0(sg);                  // the subgroup's first state column
-  const bool cols = holds_columns(sg);  // else a helper: it stages operators and adds the pair dots only
+  const bool cols = holds_columns(sg);  // else a helper: it stages operators, adds the pair dots and
+                                        // (norm_helper) makes the norm's backward
   // SPLIT > 1: a helper that makes the norm's backward of subgroup hs's columns, from ncol0
   const uint hs = sg - min(sg, NSG);
   const bool norm_helper = SPLIT > 1u && !cols && hs < NSG;

@@ -19,8 +19,9 @@
 //   product on its chain, so that no pass makes W.
 // 8 subgroups per workgroup measured faster than 4 (two workgroups per head) where the heads fill
 // the device. A split workgroup has 8 subgroups too: the NSG that hold state columns and 8 - NSG
-// that only help stage each chunk's operators (the staging is on the serial chain, and the split
-// workgroups are few: the registers are there).
+// helpers that stage each chunk's operators with them (the staging is on the serial chain, and the
+// split workgroups are few: the registers are there) and, in chunk_dstate_mma, make the norm's
+// backward.
 // The staged K~, Q~ and third operator are 2^eqk times theirs and P 2^ep times (chunk_prep_fwd's
 // exponents, mma.glsl): the passes scale back each product they take from them.
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),
