@@ -76,8 +76,8 @@ struct Config {
                                  // head), each a share of the state's columns: 1, 2 or 4 (more keeps
                                  // more multiprocessors busy where the call has few windows, at the
                                  // cost of the norm's row sums in passes of their own). 0: the
-                                 // layer's choice: 2 where the device's multiprocessors hold twice
-                                 // the heads' workgroups at once, else 1
+                                 // layer's choice: the most of 4 and 2 whose workgroups the
+                                 // device's multiprocessors hold at once, else 1
   int part_tokens = 0;           // a call whose buffers would exceed one storage binding's range runs
                                  // as parts (groups of whole windows, else runs of tokens of one
                                  // window with the state carried between them: docs/spec.md, "Long
