@@ -14,9 +14,8 @@
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma), and the chunk's share of the norm
 // weight's gradient, sum over its rows of dout o inv silu(z) (no pass reads o, z, dout again for it).
-// With SPLIT > 1 (chunk_mma.glsl) a workgroup holds a share of each row's columns, row_sums.comp
-// has made <w dout, o> of every row before this pass, and helper subgroups make the norm's
-// backward (hdo below).
+// With SPLIT > 1 (chunk_mma.glsl) a workgroup holds a share of each row's columns, and helper
+// subgroups make the norm's backward: <w dout, o> of whole rows (rsb below) and dO (hdo).
 // Each chunk's dU leaves as Yv, the form every later use takes: dv = diag(beta) Yv (the layer's v
 // gradient, made by conv_bwd as it reads it), dbeta's value-dim term sum_c X o Yv (the diagonal of
 // the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
@@ -81,21 +80,41 @@ layout(set = 0, binding = 22) writeonly buffer Dh0 { float dh0[]; };
 // each chunk's share of the norm weight's gradient, sum over its rows of dout o inv silu(z) (param_sum
 // adds the chunks in order)
 layout(set = 0, binding = 23) writeonly buffer DnormPart { vec4 dnorm_part4[]; };  // [B, nv, nch][D/4]
-// SPLIT > 1: <w dout, o> of every row, w = norm silu(z) (row_sums.comp)
-layout(set = 0, binding = 24) readonly buffer RowSums { float row_sums[]; };  // [B, T, nv]
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
 #include "chunk_mma.glsl"
 
 // SPLIT > 1: helper subgroup NSG + s makes the norm's backward of subgroup s's columns before each
-// chunk's first barrier (the row sums come from row_sums.comp), and leaves 2^eo dO [i][column] and
+// chunk's first barrier (the row sums from rsb below), and leaves 2^eo dO [i][column] and
 // the largest |dO| here (two of each, by the chunk's parity: a chunk's are read until the next
 // chunk's first barrier), so that the subgroups that hold columns start from dO. (The split builds'
 // only: preprocessor conditions, so that the unsplit build holds none of their code.)
 #if SERIAL_SPLIT > 1
 shared float hdo[2u * NSG * 256u];
 shared float hom[2u * NSG];
+// The rows' <w dout, o> over all D columns, w = norm silu(z) (the norm's backward needs whole rows),
+// of the chunk the norm helpers work on and of the next, by the chunk's parity: [parity][i]. Helper
+// subgroups 4 .. 7 (row helpers) make them a chunk ahead, before the chunk's first barrier, as the
+// norm helpers make dO: off the serial chain.
+shared float rsb[2u * 16u];
+// Rows 4 (sg - 4) .. + 3 of chunk k's <w dout, o> into rsb[slot] (rows past the chunk: 0). Lane l
+// sums row 4 (sg - 4) + l / 8 at vec4s l % 8 + 8 j of it, the 8 lanes of the row add their sums.
+void put_row_sums(Chunk k, uint sg, uint lane, uint slot) {
+  const uint i = 4u * (sg - 4u) + lane / 8u;
+  float s = 0.0;
+  if (i < k.L) {
+    const uint row = head_row(k, i);  // [B, T, nv] row of the [B, T, nv*D] tensors
+    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+      const uint c4 = lane % 8u + 8u * j, at = row * (D / 4u) + c4;
+      const vec4 z = bf16(BF16_Z) ? widen_bf16x4(z2[at]) : z4[at];
+      const vec4 d = bf16(BF16_DOUT) ? widen_bf16x4(dout2[at]) : dout4[at];
+      s += dot(norm4[c4] * silu(z) * d, o4[at]);
+    }
+  }
+  [[unroll]] for (uint m = 1u; m < 8u; m *= 2u) s += subgroupShuffleXor(s, m);
+  if (lane % 8u == 0u) rsb[slot * 16u + i] = s;
+}
 #endif
 
 // Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]):
@@ -163,12 +182,6 @@ void norm_backward(Chunk k, uint lane, uint col0, vec2 rs, float inv[2], vec4 wd
     }
   }
 }
-// The rows' <w dout, o> from row_sums.comp (SPLIT > 1), 0 past the chunk.
-vec2 row_sums_of(Chunk k, uint lane) {
-  vec2 rs;
-  [[unroll]] for (uint e = 0u; e < 2u; ++e) rs[e] = tile_row(lane, e) < k.L ? row_sums[head_row(k, tile_row(lane, e))] : 0.0;
-  return rs;
-}
 
 void main() {
   const uint nch = (pc.t + CH - 1u) / CH;
@@ -217,14 +230,24 @@ void main() {
   // (the one before in this pass's order) updates its state, so that their latency is off the chain.
   // Its operators are loaded here, not a chunk ahead: ahead measured slower wherever they were loaded
   // (their registers cost more than the latency they hide).
+  // (Split, the subgroups that hold columns load u only, the norm helpers the norm's inputs only.)
   vec4 o_next[2], z_next[2], g_next[2], u_next[2];  // z and dout (g) as FETCH_STREAM loads them
+  [[unroll]] for (uint e = 0u; e < 2u; ++e) {
+    o_next[e] = vec4(0.0); z_next[e] = vec4(0.0); g_next[e] = vec4(0.0); u_next[e] = vec4(0.0);
+  }
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
-    FETCH_TILE(u4, k0, lane, col0, u_next)
-    FETCH_TILE(o4, k0, lane, ncol0, o_next)
-    FETCH_STREAM(BF16_Z, z4, z2, k0, lane, ncol0, z_next)
-    FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, ncol0, g_next)
+    if (cols) FETCH_TILE(u4, k0, lane, col0, u_next)
+    if (SPLIT == 1u || norm_helper) {
+      FETCH_TILE(o4, k0, lane, ncol0, o_next)
+      FETCH_STREAM(BF16_Z, z4, z2, k0, lane, ncol0, z_next)
+      FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, ncol0, g_next)
+    }
   }
+#if SERIAL_SPLIT > 1
+  if (sg >= 4u) put_row_sums(chunk_of(b, h, nch - 1u), sg, lane, 0u);  // the first chunk's
+  barrier();
+#endif
   F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
   vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
   for (uint cc = 0u; cc < nch; ++cc) {
@@ -251,9 +274,10 @@ void main() {
       if (lane < 4u) dnorm_part4[((bh * nch + nch - 1u - cc) * D + ncol0) / 4u + lane] = dn;
     }
 #if SERIAL_SPLIT > 1
-    if (norm_helper) {  // dO of subgroup hs's columns, from row_sums.comp's sums, for it to start from
+    if (norm_helper) {  // dO of subgroup hs's columns, from the row helpers' sums, for it to start from
       vec4 dO[2];
-      norm_backward(k, lane, ncol0, row_sums_of(k, lane), inv, wd, o, z, g, nw, dO);
+      const vec2 rs = vec2(rsb[(cc & 1u) * 16u + tile_row(lane, 0u)], rsb[(cc & 1u) * 16u + tile_row(lane, 1u)]);
+      norm_backward(k, lane, ncol0, rs, inv, wd, o, z, g, nw, dO);
       const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
       const uint at = (cc & 1u) * NSG * 256u + hs * 256u + t_lane;
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
@@ -268,6 +292,9 @@ void main() {
         FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, ncol0, g_next)
       }
     }
+    // the next chunk's row sums (rsb[parity of cc] is read above, the other one written here: the
+    // next chunk's barriers order both against the next step)
+    if (sg >= 4u && cc + 1u < nch) put_row_sums(chunk_of(b, h, nch - 2u - cc), sg, lane, (cc + 1u) & 1u);
 #endif
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging

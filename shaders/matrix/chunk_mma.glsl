@@ -5,9 +5,9 @@
 // subgroups of 32 per (window, v-head); subgroup s of workgroup part p owns state columns col0 ..
 // col0 + 15, col0 = 16 (NSG p + s), and keeps them transposed ([its 16 columns][row r]) as eight fp32
 // 16 x 16 tiles in registers (rows 16 rt .. 16 rt + 15). With SPLIT > 1 (few windows, whose heads
-// would leave multiprocessors idle) a workgroup holds a share of a row's columns only, so the gated
-// RMSNorm's row sums are made by passes of their own: norm_fwd2 after chunk_fwd_mma, row_sums before
-// chunk_dstate_mma.
+// would leave multiprocessors idle) a workgroup holds a share of a row's columns only, while the gated
+// RMSNorm's row sums need whole rows: the forward's norm is a pass of its own (norm_fwd2 after
+// chunk_fwd_mma), and chunk_dstate_mma's helper subgroups load whole rows for the backward's.
 // Columns are independent, so the subgroups never exchange results: the workgroup shares only the
 // staged operators K~ = diag(Gamma / gamma) K, Q~ = diag(gamma) Q, P and a third [16][128] one, as
 // fp16 pairs (mma.glsl):

@@ -5,8 +5,8 @@
 // backward fused in), chunk_factors (each chunk's 16 x 16 factors) and chunk_pair_bwd_mma (every
 // pair of chunks' gradients), then qk_bwd2 and a conv backward that makes dv from Yv. Its numerics
 // (fp16 pairs, power-of-two exponents): shaders/matrix/mma.glsl. The serial passes run as 1, 2 or 4
-// workgroups per head (split(), chunk_mma.glsl's SPLIT); split, the norm's row sums are passes of
-// their own (norm_fwd2 after the forward's, row_sums before the backward's).
+// workgroups per head (split(), chunk_mma.glsl's SPLIT); split, the forward's norm is a pass of its
+// own (norm_fwd2), and chunk_dstate_mma's helper subgroups make the backward's row sums.
 #include <algorithm>
 #include <map>
 #include <string_view>
@@ -83,7 +83,7 @@ class ChunkedMatrix final : public Family {
             {"q, k scale exponents", std::size_t(B) * nk * nch},
             {"P scale exponents", std::size_t(B) * nv * nch}};
   }
-  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy, kDnorm, kRowSums };
+  enum Bwd { kDo, kDqk, kYv, kDsc, kPdots, kFac, kDscale, kMdiag, kDy, kDnorm };
   std::vector<BufferDecl> backward_buffers(int B, int T) const override {
     const std::size_t BT = std::size_t(B) * T, nv = cfg_.nv, n = std::size_t(B) * nv * chunks(T), s = split(B);
     return {{"do (grad of o)", BT * nv * kD},
@@ -95,8 +95,7 @@ class ChunkedMatrix final : public Family {
             {"dO, dS and Yv scale exponents", 3 * std::size_t(B) * nv * s},
             {"M's diagonal per chunk", n * 16},
             {"dy (conv output grad)", BT * std::size_t(cfg_.channels())},
-            {"dnorm per chunk", n * kD},
-            {"norm row sums", s > 1 ? BT * nv : 1}};  // row_sums.comp's, for a split chunk_dstate_mma
+            {"dnorm per chunk", n * kD}};
   }
   // chunk_dstate_mma leaves each chunk's share of dnorm (the norm's inputs are at hand there)
   DnormParts dnorm_parts(const BufferSet& w) const override {
@@ -151,14 +150,6 @@ class ChunkedMatrix final : public Family {
     // makes dO and dz (the norm's backward) itself.
     const bool states = s.flags & (kStateH0 | kStateCarry);
     const std::uint32_t sp = split(f.B, s.side_by_side);
-    if (sp > 1) {  // the norm's row sums, which a workgroup of a split chunk_dstate_mma cannot make
-      const std::uint64_t rows = std::uint64_t(f.B) * f.T * cfg_.nv;
-      r.dispatch(row_sums(),
-                 bindings::row_sums{.o = view(f[kO]), .z = view(in.z), .dout = view(dout), .norm = view(p_.norm),
-                                    .row_sums = view(w[kRowSums])},
-                 pc, (rows + 7) / 8);
-      r.mark("row_sums");
-    }
     const std::uint32_t bits = bf16_bits({{in.z, kBf16Z}, {dout, kBf16Dout}, {g.dz, kBf16Dz}});
     with_split<bindings::chunk_dstate_mma, bindings::chunk_dstate_mma_split2, bindings::chunk_dstate_mma_split4>(
         sp, [&]<class Pass>(Pass) {
@@ -169,8 +160,7 @@ class ChunkedMatrix final : public Family {
                           .dz = view(g.dz), .tm = view(f[kTm]), .x = view(f[kX]), .u = view(f[kU]),
                           .pdots = view(w[kPdots]), .vscale = view(f[kVscale]), .dscale = view(w[kDscale]),
                           .eqk = view(f[kEqk]), .ep = view(f[kEp]), .dht = view_or(s.dht, in.qkv),
-                          .dh0 = view_or(s.dh0, in.qkv), .dnorm_part = view(w[kDnorm]),
-                          .row_sums = view(w[kRowSums])},
+                          .dh0 = view_or(s.dh0, in.qkv), .dnorm_part = view(w[kDnorm])},
                      pc, heads * sp);
         });
     r.mark("chunk_dstate_mma");
@@ -239,16 +229,12 @@ class ChunkedMatrix final : public Family {
     else if (split == 2) f(Two{});
     else f(One{});
   }
-  // the split serial passes' norm passes, built at their first use
+  // the split forward's norm pass, built at its first use
   const gpu::Pipeline& norm_fwd() {
     if (!norm_fwd_) norm_fwd_ = make_pipeline<bindings::norm_fwd2>(dev_);
     return *norm_fwd_;
   }
-  const gpu::Pipeline& row_sums() {
-    if (!row_sums_) row_sums_ = make_pipeline<bindings::row_sums>(dev_, {}, 32);
-    return *row_sums_;
-  }
-  std::shared_ptr<gpu::Pipeline> qk_bwd_, norm_fwd_, row_sums_;
+  std::shared_ptr<gpu::Pipeline> qk_bwd_, norm_fwd_;
 };
 
 std::string matrix_why_not(const DeviceInfo& info, const Config& cfg, int cs) {
