@@ -302,7 +302,7 @@ void main() {
     if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
     if (SPLIT == 1u)
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e);  // <w dout, o> over the row
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e, 0u);  // <w dout, o> over the row
     barrier();
     if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
       int eo;
@@ -312,7 +312,7 @@ void main() {
 #if SERIAL_SPLIT > 1
         omax = hom[(cc & 1u) * NSG + sg];  // its helper's
 #else
-        norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u)), row_total(tile_row(lane, 1u))), inv, wd, o, z, g, nw, dO);
+        norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u), 0u), row_total(tile_row(lane, 1u), 0u)), inv, wd, o, z, g, nw, dO);
         omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
 #endif
         // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv

@@ -63,6 +63,7 @@ layout(set = 0, binding = 17) readonly buffer H0 { float h0[]; };
 layout(set = 0, binding = 18) writeonly buffer Ht { float ht[]; };
 
 #include "chunk.glsl"
+#define ROW_PART_SETS 2u  // a chunk's row sums are read during the next chunk's products
 #include "chunk_mma.glsl"
 
 // The lane's elements (tile_row, tile_lane) of chunk k's V rows at the subgroup's 16 columns from
@@ -76,12 +77,12 @@ void fetch_v(Chunk k, uint lane, uint col0, out vec4 x[2]) {
 }
 
 // The layer's output rows of chunk k from its O rows (the lane's o8; z as FETCH_STREAM loaded it)
-// once every subgroup's row sums of O^2 are in row_part.
+// once every subgroup's row sums of O^2 are in row_part (set k.c % 2).
 void put_output(Chunk k, vec4 o8[2], vec4 z[2], vec4 nw, uint col0, uint lane, uint sg) {
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     const uint i = tile_row(lane, e);
     if (i < k.L) {
-      const float inv = 1.0 / sqrt(row_total(i) / float(D) + pc.eps);
+      const float inv = 1.0 / sqrt(row_total(i, k.c & 1u) / float(D) + pc.eps);
       const vec4 y = o8[e] * inv * nw * silu(stream_value(BF16_Z, z[e]));
       const uint at = tile_at(k, i, col0, lane);
       if (bf16(BF16_OUT))
@@ -150,7 +151,6 @@ void main() {
     const float inv_su = pow2(-eu);
     vec4 z[2];
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
-    if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
     stage_operators(cur, tid);
     if (cols) [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
@@ -183,6 +183,9 @@ void main() {
         coopMatLoadNV(bl, ql, 4u * rt, DP, true);
         MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
       }
+      // the chunk before's output, while the products are in flight (its row sums are in set
+      // (c - 1) % 2; this chunk's go to the other)
+      if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
       F32M u = F32M(0.0);
       {
         F16M xh, xl, bh_, bl;
@@ -233,7 +236,7 @@ void main() {
           if (u_tile) up4[at] = TILE4_AT(t_u + t_lane + 128u * e);
           if (pc.keep != 0u || SPLIT > 1u) o4[at] = o8[e];
         }
-        if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e);  // the sum of O^2 over the row
+        if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e, c & 1u);  // the sum of O^2 over the row
       }
 
       const float gam = exp(cur.lgam.x + cur.lgam.y);
@@ -254,8 +257,8 @@ void main() {
       }
       es = en;
 
-      // (the next chunk's writes of row_part come after its second barrier, by when the reads of
-      // these row sums are done)
+      // (the next chunk reads these row sums in its products and writes the other set; the chunk
+      // after it writes this set after its second barrier, by when those reads are done)
       o_prev = o8;
       z_prev = z;
     }

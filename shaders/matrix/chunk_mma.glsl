@@ -83,16 +83,21 @@ vec4 stream_value(uint stream, vec4 raw) { return bf16(stream) ? widen_bf16x4(fl
 // The gated RMSNorm's row sums over D columns (chunk_fwd_mma, chunk_dstate_mma): each subgroup's
 // share of row i (its 16 columns) waits in row_part[subgroup][i] for a barrier, then row_total(i)
 // adds the 8 shares. Needs GL_KHR_shader_subgroup_shuffle.
-shared float row_part[NSG * 16u];
+// A pass that defines ROW_PART_SETS 2 keeps two sets of shares (a chunk's, by its parity), so that
+// one chunk's are read while the next chunk's are written.
+#ifndef ROW_PART_SETS
+#define ROW_PART_SETS 1u
+#endif
+shared float row_part[ROW_PART_SETS * NSG * 16u];
 // Sums x over the 4 lanes that hold row tile_row(lane, e), and stores it as the subgroup's share.
-void put_row_part(float x, uint sg, uint lane, uint e) {
+void put_row_part(float x, uint sg, uint lane, uint e, uint set) {
   x += subgroupShuffleXor(x, 1u);
   x += subgroupShuffleXor(x, 2u);
-  if (lane % 4u == 0u) row_part[sg * 16u + tile_row(lane, e)] = x;
+  if (lane % 4u == 0u) row_part[(set * NSG + sg) * 16u + tile_row(lane, e)] = x;
 }
-float row_total(uint i) {
+float row_total(uint i, uint set) {
   float x = 0.0;
-  [[unroll]] for (uint g = 0u; g < NSG; ++g) x += row_part[g * 16u + i];
+  [[unroll]] for (uint g = 0u; g < NSG; ++g) x += row_part[(set * NSG + g) * 16u + i];
   return x;
 }
 
