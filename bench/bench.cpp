@@ -146,6 +146,11 @@ bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu) {
                   after.fma_gflop_per_s < kSlowed * before.fma_gflop_per_s);
 }
 
+bool below_best(const DevicePeaks& best, const DevicePeaks& now, bool cpu) {
+  constexpr double kBelow = 0.9;
+  return !cpu && (now.copy_gb_per_s < kBelow * best.copy_gb_per_s || now.fma_gflop_per_s < kBelow * best.fma_gflop_per_s);
+}
+
 bool kernel_slowed(double bytes, double ms, double copy_gb_per_s, double share, bool cpu) {
   constexpr double kMinBytes = 128e6;  // smaller: launch latency, not bandwidth, bounds it
   return !cpu && ms > 0 && bytes >= kMinBytes && bytes / (ms * 1e-3) * 1e-9 < share * copy_gb_per_s;
@@ -172,9 +177,10 @@ std::string usage() {
          "  --serial-split N: Config::serial_split, the matrix units' serial passes as N workgroups per\n"
          "    head (1, 2 or 4; 0, the default: the layer's choice).\n"
          "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
-         "  by over 15%, or whose conv_fwd moved its bytes (128 MB or more) at under 60% of the copy\n"
-         "  ceiling (35% with --bf16), is discarded and timed again (3 attempts), and one still slowed\n"
-         "  is marked SLOWED and exits with status 3.\n";
+         "  by over 15%, that began or ended with either under 90% of the best measured in this bench,\n"
+         "  or whose conv_fwd moved its bytes (128 MB or more) at under 60% of the copy ceiling (35%\n"
+         "  with --bf16), is discarded and timed again (3 attempts), and one still slowed is marked\n"
+         "  SLOWED and exits with status 3.\n";
 }
 
 int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -273,11 +279,17 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     // A GPU sometimes runs everything several times slower for a while (seen after a machine start,
     // and once for one whole run between two fine ceilings). The ceilings are measured again after the
     // timed work, and conv_fwd's bandwidth is held against the copy ceiling; where the ceilings fell
-    // (slowed()) or conv_fwd fell far below the copy (kernel_slowed()) the run is discarded and made
-    // again (at most kAttempts in all), and a run still slowed is reported as such and exits with
-    // status 3. (Measuring the ceilings between the repeats slowed the device itself.)
+    // (slowed()), fell below the best of this run (below_best()), or conv_fwd fell far below the copy
+    // (kernel_slowed()) the run is discarded and made again (at most kAttempts in all), and a run
+    // still slowed is reported as such and exits with status 3. (Measuring the ceilings between the
+    // repeats slowed the device itself.)
     constexpr int kAttempts = 3;
     bool slowed = false;
+    DevicePeaks best = peaks;  // the highest of each ceiling measured so far
+    auto keep_best = [&](const DevicePeaks& p) {
+      best.copy_gb_per_s = std::max(best.copy_gb_per_s, p.copy_gb_per_s);
+      best.fma_gflop_per_s = std::max(best.fma_gflop_per_s, p.fma_gflop_per_s);
+    };
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
       for (auto& ps : passes) ps.samples.clear(), ps.order.clear(), ps.kernel_bytes.clear();
       for (int r = 0; r < o.repeats; ++r) {
@@ -291,14 +303,19 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
       const double conv_ms = fwd.count("conv_fwd") ? passes[1].ms("conv_fwd") : 0.0;
       const double conv_bytes = BT * double(cfg.channels()) * (F + 4.0);
       const bool conv_slow = kernel_slowed(conv_bytes, conv_ms, peaks.copy_gb_per_s, conv_slowed_share(o.bf16), cpu);
-      slowed = bench::slowed(peaks, after, cpu) || conv_slow;
+      keep_best(after);
+      slowed = bench::slowed(peaks, after, cpu) || conv_slow || below_best(best, peaks, cpu) || below_best(best, after, cpu);
       if (!slowed) break;
       err << "gdn bench: the device slowed during the timed work (copy " << fmt(peaks.copy_gb_per_s, 0) << " -> "
           << fmt(after.copy_gb_per_s, 0) << " GB/s, fp32 FMA " << fmt(peaks.fma_gflop_per_s, 0) << " -> "
           << fmt(after.fma_gflop_per_s, 0) << " GFLOP/s; conv_fwd "
-          << fmt(conv_bytes / (std::max(conv_ms, 1e-9) * 1e-3) * 1e-9, 0) << " GB/s)"
+          << fmt(conv_bytes / (std::max(conv_ms, 1e-9) * 1e-3) * 1e-9, 0) << " GB/s; the best of this run: copy "
+          << fmt(best.copy_gb_per_s, 0) << " GB/s, fp32 FMA " << fmt(best.fma_gflop_per_s, 0) << " GFLOP/s)"
           << (attempt < kAttempts ? ": discarding the run and timing again\n" : ": giving up\n");
-      if (attempt < kAttempts) peaks = measure_peaks(*ctx);
+      if (attempt < kAttempts) {
+        peaks = measure_peaks(*ctx);
+        keep_best(peaks);
+      }
     }
 
     // ---- the table ----

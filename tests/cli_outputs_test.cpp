@@ -150,8 +150,9 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
   EXPECT_THAT(heads.err, HasSubstr("nv = 2147483647"));
 }
 
-// A GPU run during which either ceiling fell by over 15%, or conv_fwd fell under 30% of the copy
-// ceiling, counts as slowed (and is timed again); a CPU driver's never does.
+// A GPU run during which either ceiling fell by over 15%, that began or ended with one under 90% of
+// the best of the bench run, or whose conv_fwd fell far under the copy ceiling, counts as slowed
+// (and is timed again); a CPU driver's never does.
 TEST(Bench, SlowedWhenACeilingFalls) {
   const DevicePeaks before{.copy_gb_per_s = 4000, .fma_gflop_per_s = 60000};
   EXPECT_FALSE(bench::slowed(before, before, false));
@@ -159,6 +160,13 @@ TEST(Bench, SlowedWhenACeilingFalls) {
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 3300, .fma_gflop_per_s = 60000}, false));
   EXPECT_TRUE(bench::slowed(before, {.copy_gb_per_s = 4000, .fma_gflop_per_s = 50000}, false));
   EXPECT_FALSE(bench::slowed(before, {.copy_gb_per_s = 1000, .fma_gflop_per_s = 1000}, true));
+  // against the best ceilings of the bench run: an attempt whose FMA ceiling was 86% of the best
+  // throughout (an H100's, after a discarded attempt: 52155 against 60376 GFLOP/s) is slowed
+  const DevicePeaks best{.copy_gb_per_s = 3029, .fma_gflop_per_s = 60376};
+  EXPECT_TRUE(bench::below_best(best, {.copy_gb_per_s = 3022, .fma_gflop_per_s = 52155}, false));
+  EXPECT_FALSE(bench::below_best(best, {.copy_gb_per_s = 3022, .fma_gflop_per_s = 58000}, false));
+  EXPECT_TRUE(bench::below_best(best, {.copy_gb_per_s = 2700, .fma_gflop_per_s = 60376}, false));
+  EXPECT_FALSE(bench::below_best(best, {.copy_gb_per_s = 10, .fma_gflop_per_s = 10}, true));
   // conv_fwd at the 27B shape, float32 qkv: 335 MB in 0.110 ms on an H200 (72% of 4268 GB/s) and in
   // 0.133 ms on an H100 (84% of 3011) are fine; in 0.273 ms on the H100 (41%, a run slowed as a whole)
   // and 0.194 ms (58%) slowed
