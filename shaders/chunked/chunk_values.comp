@@ -51,21 +51,24 @@ float ds_el(bool stored, uint ds_at, uint bh, uint r, uint c) {
   return has(STATE_CARRY) ? dht[(bh * D + r) * D + c] : 0.0;
 }
 
-// What an invocation loads for a round: 4 elements of S0's and dS's RT x D columns (element
-// tid + 256 q: column 2q + tid / 128, row tid % 128) and CHQ / 16 (row, column) pairs of the operands
-// (pair p = tid + 256 q: p < 8 CHQ dO and dU of row p / 8, else v and kv; column p % 8).
+// What an invocation loads for a round: a vec4 of S0's and of dS's RT x D columns (column
+// tid / 32, rows 4 (tid % 32) ..: the round's 8 columns are 256 contiguous vec4s of a stored state)
+// and CHQ / 16 (row, column) pairs of the operands (pair p = tid + 256 q: p < 8 CHQ dO and dU of
+// row p / 8, else v and kv; column p % 8).
 struct Round {
-  float s0[4], ds[4];
+  vec4 s0, ds;
   vec2 op[2];  // CHQ / 16 of them used
 };
 
 Round load_round(Chunk k, uint bh, bool s0_stored, uint s0_at, bool ds_stored, uint ds_at, uint c0, uint tid) {
   Round x;
   x.op[1] = vec2(0.0);
-  [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-    const uint c = c0 + 2u * q + tid / D, r = tid % D;
-    x.s0[q] = s0_el(s0_stored, s0_at, bh, r, c);
-    x.ds[q] = ds_el(ds_stored, ds_at, bh, r, c);
+  {
+    const uint c = c0 + tid / 32u, r = 4u * (tid % 32u);
+    if (s0_stored) x.s0 = ck4[(s0_at + c * D + r) / 4u];
+    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.s0[l] = s0_el(false, 0u, bh, r + l, c);
+    if (ds_stored) x.ds = dsc4[(ds_at + c * D + r) / 4u];
+    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.ds[l] = ds_el(false, 0u, bh, r + l, c);
   }
   [[unroll]] for (uint q = 0u; q < CHQ / 16u; ++q) {
     const uint p = tid + 256u * q, i = (p / RT) % CHQ, at = head_row(k, i) * D + c0 + p % RT;
@@ -77,12 +80,9 @@ Round load_round(Chunk k, uint bh, bool s0_stored, uint s0_at, bool ds_stored, u
 
 // The round into staging buffer b; adds its share of <dS, S0> to extra.
 void put_round(Round x, uint b, uint tid, inout float extra) {
-  [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-    const uint c = 2u * q + tid / D, r = tid % D;
-    sm[s0_v(b, c, r / 4u)][r % 4u] = x.s0[q];
-    sm[ds_v(b, c, r / 4u)][r % 4u] = x.ds[q];
-    extra = fma(x.s0[q], x.ds[q], extra);
-  }
+  sm[s0_v(b, tid / 32u, tid % 32u)] = x.s0;
+  sm[ds_v(b, tid / 32u, tid % 32u)] = x.ds;
+  extra += dot(x.s0, x.ds);
   [[unroll]] for (uint q = 0u; q < CHQ / 16u; ++q) {
     const uint p = tid + 256u * q, i = (p / RT) % CHQ, c = p % RT;
     if (p < RT * CHQ) {
