@@ -137,8 +137,8 @@ void main() {
   }
   // the largest |v| of the next chunk's rows at the subgroup's columns, reduced during the chunk before
   float vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
-  // A chunk's output waits for every subgroup's row sums: it is written after the next chunk's first
-  // barrier (the last chunk's after the loop), which saves a barrier per chunk.
+  // A chunk's output waits for every subgroup's row sums: it is written while the next chunk's
+  // products are in flight (the last chunk's after the loop), which saves a barrier per chunk.
   vec4 o_prev[2], z_prev[2];
   for (uint c = 0u; c < nch; ++c) {
     const Chunk k = chunk_of(b, h, c);
