@@ -75,7 +75,7 @@ struct Config {
   int serial_split = 0;          // the matrix units' serial passes: workgroups per (window, value
                                  // head), each a share of the state's columns: 1, 2 or 4 (more keeps
                                  // more multiprocessors busy where the call has few windows, at the
-                                 // cost of the norm's row sums in passes of their own). 0: the
+                                 // cost of the forward's norm in a pass of its own). 0: the
                                  // layer's choice: the most of 4 and 2 whose workgroups the
                                  // device's multiprocessors hold at once, else 1
   int part_tokens = 0;           // a call whose buffers would exceed one storage binding's range runs
