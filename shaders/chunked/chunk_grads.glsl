@@ -11,10 +11,8 @@ layout(set = 0, binding = 5) readonly buffer Do { float do_in[]; };     // [B, T
 layout(set = 0, binding = 6) readonly buffer Du { float du_in[]; };     // [B, T, nv*D] dU (chunk_dstate)
 layout(set = 0, binding = 7) buffer Wm { float dw[]; };                 // [B, T, nv, D]: dW (chunk_values)
 layout(set = 0, binding = 8) readonly buffer Tm { float t_in[]; };      // [B, T, nv, CH] T (chunk_prep, or the forward's)
-layout(set = 0, binding = 9) readonly buffer Ck { float ck[]; };        // [B, nv, slots, D cols, D rows] S0
-layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };       // the same, as vec4
-layout(set = 0, binding = 10) readonly buffer Dsc { float dsc[]; };     // [B, nv, slots, D cols, D rows] dS
-layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; };    // the same, as vec4
+layout(set = 0, binding = 9) readonly buffer Ck4 { vec4 ck4[]; };       // [B, nv, slots, D cols, D rows / 4] S0
+layout(set = 0, binding = 10) readonly buffer Dsc4 { vec4 dsc4[]; };    // [B, nv, slots, D cols, D rows / 4] dS
 layout(set = 0, binding = 11) buffer Rec { float rec[]; };              // [B, T, nv][RW] chunk_grads' records
 layout(set = 0, binding = 12) writeonly buffer Dy { float dy[]; };      // [B, T, C]: writes the v part
 layout(set = 0, binding = 13) buffer Pairs { float pairs[]; };          // [B, nv, nch][4][CH][CH] <dO_i, u_j>, <dU_i, v_j>,

@@ -40,16 +40,11 @@ uint s0_v(uint b, uint c, uint r4) { return b * BUFV + c * (D / 4u) + r4; }
 uint ds_v(uint b, uint c, uint r4) { return b * BUFV + RT * D / 4u + c * (D / 4u) + r4; }
 uint op_v(uint b, uint o, uint c, uint i4) { return b * BUFV + 2u * RT * D / 4u + (o * RT + c) * (CHQ / 4u) + i4; }
 
-// S0[r][c] of (window, head) bh's chunk: its checkpoint ([col][row] at s0_at) where stored, else
-// (chunk 0) h0's or zero. dS[r][c] likewise: chunk_dstate's, else (the last chunk) dht's or zero.
-float s0_el(bool stored, uint s0_at, uint bh, uint r, uint c) {
-  if (stored) return ck[s0_at + c * D + r];
-  return has(STATE_H0) ? h0[(bh * D + r) * D + c] : 0.0;
-}
-float ds_el(bool stored, uint ds_at, uint bh, uint r, uint c) {
-  if (stored) return dsc[ds_at + c * D + r];
-  return has(STATE_CARRY) ? dht[(bh * D + r) * D + c] : 0.0;
-}
+// The carried states at a window's edges, element [r][c] of (window, head) bh: chunk 0's S0 is
+// h0's where carried in, else zero; the last chunk's dS is dht's where carried in, else zero. (The
+// other chunks' are stored: checkpoints and chunk_dstate's, [col][row], read as vec4s.)
+float carried_s0(uint bh, uint r, uint c) { return has(STATE_H0) ? h0[(bh * D + r) * D + c] : 0.0; }
+float carried_ds(uint bh, uint r, uint c) { return has(STATE_CARRY) ? dht[(bh * D + r) * D + c] : 0.0; }
 
 // What an invocation loads for a round: a vec4 of S0's and of dS's RT x D columns (column
 // tid / 32, rows 4 (tid % 32) ..: the round's 8 columns are 256 contiguous vec4s of a stored state)
@@ -66,9 +61,9 @@ Round load_round(Chunk k, uint bh, bool s0_stored, uint s0_at, bool ds_stored, u
   {
     const uint c = c0 + tid / 32u, r = 4u * (tid % 32u);
     if (s0_stored) x.s0 = ck4[(s0_at + c * D + r) / 4u];
-    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.s0[l] = s0_el(false, 0u, bh, r + l, c);
+    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.s0[l] = carried_s0(bh, r + l, c);
     if (ds_stored) x.ds = dsc4[(ds_at + c * D + r) / 4u];
-    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.ds[l] = ds_el(false, 0u, bh, r + l, c);
+    else [[unroll]] for (uint l = 0u; l < 4u; ++l) x.ds[l] = carried_ds(bh, r + l, c);
   }
   [[unroll]] for (uint q = 0u; q < CHQ / 16u; ++q) {
     const uint p = tid + 256u * q, i = (p / RT) % CHQ, at = head_row(k, i) * D + c0 + p % RT;
