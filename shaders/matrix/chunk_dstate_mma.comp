@@ -280,10 +280,7 @@ void main() {
       norm_backward(k, lane, ncol0, rs, inv, wd, o, z, g, nw, dO);
       const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
       const uint at = (cc & 1u) * NSG * 256u + hs * 256u + t_lane;
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-        const vec4 x = pow2(scale_exponent(omax)) * dO[e];
-        hdo[at + 128u * e] = x.x; hdo[at + 128u * e + 1u] = x.y; hdo[at + 128u * e + 2u] = x.z; hdo[at + 128u * e + 3u] = x.w;
-      }
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_FLOAT4(hdo, at + 128u * e, pow2(scale_exponent(omax)) * dO[e])
       if (lane == 0u) hom[(cc & 1u) * NSG + hs] = omax;
       if (cc + 1u < nch) {  // the next chunk's norm inputs
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);

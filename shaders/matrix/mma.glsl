@@ -118,15 +118,17 @@ F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
 // first's offset in the tile (the second is 128 further).
 uint tile_row(uint lane, uint e) { return lane / 4u + 8u * e; }
 uint tile_lane(uint lane) { return (lane / 4u) * 16u + 4u * (lane % 4u); }
-// The subgroup tile hand-offs through the shader's shared float array `tiles`: 4 consecutive
-// elements from float `at` in and out, and a lane's share (tile_row, tile_lane) of the 16 x 16 tile
-// at t_at in, from vals[2]. (No parameter is named x, y, z or w: they would replace the swizzles.)
-#define PUT_TILE4(at, val)                                                                           \
-  {                                                                                                  \
-    const vec4 x4_ = (val);                                                                          \
-    const uint a4_ = (at);                                                                           \
-    tiles[a4_] = x4_.x; tiles[a4_ + 1u] = x4_.y; tiles[a4_ + 2u] = x4_.z; tiles[a4_ + 3u] = x4_.w; \
+// The subgroup tile hand-offs through a shared float array (`tiles`, the shader's, unless named):
+// 4 consecutive elements from float `at` in and out, and a lane's share (tile_row, tile_lane) of the
+// 16 x 16 tile at t_at in, from vals[2]. (No parameter is named x, y, z or w: they would replace the
+// swizzles.)
+#define PUT_FLOAT4(arr, at, val)                                                             \
+  {                                                                                          \
+    const vec4 x4_ = (val);                                                                  \
+    const uint a4_ = (at);                                                                   \
+    arr[a4_] = x4_.x; arr[a4_ + 1u] = x4_.y; arr[a4_ + 2u] = x4_.z; arr[a4_ + 3u] = x4_.w; \
   }
+#define PUT_TILE4(at, val) PUT_FLOAT4(tiles, at, val)
 #define TILE4_AT(at) vec4(tiles[(at)], tiles[(at) + 1u], tiles[(at) + 2u], tiles[(at) + 3u])
 #define PUT_LANE_TILE(t_at, lane, vals)                                                                        \
   {                                                                                                           \
