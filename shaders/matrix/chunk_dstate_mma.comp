@@ -9,8 +9,9 @@
 // [column][row] in registers; the transposed products put every register-held matrix on the left:
 //   dU^T = dO^T P + dS^T K~^T,   Yv^T = dU^T T,   dS^T <- Gamma dS^T + dO^T Q~ - Yv^T diag(beta gamma) K
 // The gated RMSNorm backward of norm_bwd2 is fused in: each chunk's dO rows are made here from the
-// layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>,
-// the workgroup adds the 8 sums at the barrier the staging needs anyway),
+// layer's output gradient, with w = norm * silu(z) (each subgroup sums its 16 columns of <w dout, o>
+// before the chunk's first barrier, the workgroup adds the 8 sums and makes dO between the barriers
+// of the staging: off the chain after them),
 //   dz = dout * o * inv * norm * silu'(z),   dO = inv * w * dout - o * inv^3 * <w dout, o> / D
 // (dz is the layer's gradient; dO leaves for chunk_pair_bwd_mma), and the chunk's share of the norm
 // weight's gradient, sum over its rows of dout o inv silu(z) (no pass reads o, z, dout again for it).
@@ -83,6 +84,9 @@ layout(set = 0, binding = 23) writeonly buffer DnormPart { vec4 dnorm_part4[]; }
 
 #include "chunk.glsl"
 #define DSTATE_STAGE
+#if SERIAL_SPLIT == 1
+#define ROW_PART_SETS 2u  // a chunk's row sums are put before its first barrier, read between its barriers
+#endif
 #include "chunk_mma.glsl"
 
 // SPLIT > 1: helper subgroup NSG + s makes the norm's backward of subgroup s's columns before each
@@ -273,6 +277,10 @@ void main() {
       [[unroll]] for (uint m = 4u; m < 32u; m *= 2u) dn += subgroupShuffleXor(dn, m);
       if (lane < 4u) dnorm_part4[((bh * nch + nch - 1u - cc) * D + ncol0) / 4u + lane] = dn;
     }
+    // Unsplit, the rows' <w dout, o> before the first barrier (set cc % 2: the chunk before reads the
+    // other between its barriers), so that dO is made between the barriers, off the chain after them.
+    if (SPLIT == 1u)
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e, cc & 1u);
 #if SERIAL_SPLIT > 1
     if (norm_helper) {  // dO of subgroup hs's columns, from the row helpers' sums, for it to start from
       vec4 dO[2];
@@ -298,19 +306,19 @@ void main() {
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
     if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
-    if (SPLIT == 1u)
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e, 0u);  // <w dout, o> over the row
+    vec4 dO[2];   // unsplit: the chunk's dO at the subgroup's columns
+    float omax;   // the largest |dO| of the subgroup's columns
+#if SERIAL_SPLIT == 1
+    norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u), cc & 1u), row_total(tile_row(lane, 1u), cc & 1u)),
+                  inv, wd, o, z, g, nw, dO);
+    omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+#endif
     barrier();
     if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
       int eo;
-      float omax;  // the largest |dO| of the subgroup's columns
       {
-        vec4 dO[2];
 #if SERIAL_SPLIT > 1
         omax = hom[(cc & 1u) * NSG + sg];  // its helper's
-#else
-        norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u), 0u), row_total(tile_row(lane, 1u), 0u)), inv, wd, o, z, g, nw, dO);
-        omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
 #endif
         // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
         eo = scale_exponent(omax);
