@@ -301,6 +301,12 @@ void main() {
     // next chunk's barriers order both against the next step)
     if (sg >= 4u && cc + 1u < nch) put_row_sums(chunk_of(b, h, nch - 2u - cc), sg, lane, (cc + 1u) & 1u);
 #endif
+    // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
+    // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is dht or zero);
+    // before the barriers, off the chain after them.
+    if (cols && k.c + 1u < nch && k.c % 2u == 1u)
+      [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
+        coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging
     const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
@@ -312,38 +318,32 @@ void main() {
     norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u), cc & 1u), row_total(tile_row(lane, 1u), cc & 1u)),
                   inv, wd, o, z, g, nw, dO);
     omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+#else
+    omax = cols ? hom[(cc & 1u) * NSG + sg] : 0.0;  // its helper's
 #endif
+    // the chunk's scales (between the barriers: off the chain after them): eo of dO, ed of the
+    // state, eu of dU and Yv
+    int eo = 0;
+    if (cols) {
+      eo = scale_exponent(omax);
+      if (omax > 0.0) eo_min = min(eo_min, eo);
+      if (s_start > 0.0) {
+        // dS^T K~^T at 2^(ed + eqk) is under 128 |2^ed dS| 2^1 < 2^(td + 9), td = floor(log2(2^ed |dS|))
+        const int td = int(floatBitsToUint(s_start * pow2(ed)) >> 23u) - 127;
+        eu = min(eo + cur.ep, ed + cur.eqk - td);
+        ed_min = min(ed_min, scale_exponent(s_start));
+      } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
+        eu = eo + cur.ep;
+        ed = eu - cur.eqk;
+      }
+      if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
+    }
     barrier();
     if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
-      int eo;
-      {
-#if SERIAL_SPLIT > 1
-        omax = hom[(cc & 1u) * NSG + sg];  // its helper's
-#endif
-        // the chunk's scales: eo of dO, ed of the state, eu of dU and Yv
-        eo = scale_exponent(omax);
-        if (omax > 0.0) eo_min = min(eo_min, eo);
-        if (s_start > 0.0) {
-          // dS^T K~^T at 2^(ed + eqk) is under 128 |2^ed dS| 2^1 < 2^(td + 9), td = floor(log2(2^ed |dS|))
-          const int td = int(floatBitsToUint(s_start * pow2(ed)) >> 23u) - 127;
-          eu = min(eo + cur.ep, ed + cur.eqk - td);
-          ed_min = min(ed_min, scale_exponent(s_start));
-        } else {  // (the state is zero: any ed holds it; this one puts dU's two terms at one scale)
-          eu = eo + cur.ep;
-          ed = eu - cur.eqk;
-        }
-        if (omax > 0.0 || s_start > 0.0) eu_min = min(eu_min, eu);
-        if (SPLIT == 1u) {
-          [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
-          TILE_SYNC()  // the subgroup's dO tile is in
-        }
+      if (SPLIT == 1u) {
+        [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
+        TILE_SYNC()  // the subgroup's dO tile is in
       }
-
-      // The end-state gradient dS [column][row] of each pair of chunks (2p, 2p + 1), for
-      // chunk_pair_bwd_mma, which makes the one between them again (the last chunk's is dht or zero).
-      if (k.c + 1u < nch && k.c % 2u == 1u)
-        [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
-          coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
 
       // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
       F32M dOt;  // 2^eo dO^T
