@@ -22,8 +22,9 @@
 // the pair dot X Yv^T below, which chunk_factors reads there), and in chunk_pair_bwd_mma dT and dW
 // through
 //   T^T dT = (Yv X^T) diag(beta),   W^T dU = K^T diag(beta gamma) Yv,   dW^T T = -S^T Yv^T.
-// Its stores are made off the serial chain: a chunk's at the start of the next step, while the next
-// chunk's operators are on their way. So are the chunk's pair dots for
+// Its stores are made off the serial chain: unsplit, at the end of the chunk's step while the state
+// update's products are in flight; split, at the start of the next step while the next chunk's
+// operators are on their way. So are the chunk's pair dots for
 // chunk_pair_bwd_mma, <dO_i, u_j> and <Yv_i, x_j> over the value dims: each subgroup leaves its
 // share (its 16 columns) in its two tiles, and the workgroup adds the 8 shares between the next
 // step's two barriers (with SPLIT > 1, each workgroup's share of them: chunk_factors adds the shares).
@@ -252,13 +253,15 @@ void main() {
   if (sg >= 4u) put_row_sums(chunk_of(b, h, nch - 1u), sg, lane, 0u);  // the first chunk's
   barrier();
 #endif
-  F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand; yv_out's at the next step)
-  vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out at the next
+  F16M yth, ytl;  // 2^eu Yv^T of the chunk, split (the state update's left operand, and yv_out's)
+  vec4 xr[2];   // the chunk's X rows, loaded during its step for yv_out
   for (uint cc = 0u; cc < nch; ++cc) {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
-    if (cc > 0u && cols)  // the chunk before
+#if SERIAL_SPLIT > 1
+    if (cc > 0u && cols)  // the chunk before (unsplit: at the end of its own step)
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
+#endif
     vec4 o[2] = o_next, u[2] = u_next, wd[2];
     const vec4 z[2] = {stream_value(BF16_Z, z_next[0]), stream_value(BF16_Z, z_next[1])};
     const vec4 g[2] = {stream_value(BF16_DOUT, g_next[0]), stream_value(BF16_DOUT, g_next[1])};
@@ -435,9 +438,16 @@ void main() {
         s_lane[rt] = tile_absmax(dst[rt]);
       }
       ed = en;
+#if SERIAL_SPLIT == 1
+      // the chunk's Yv and X Yv^T share, while the update's products are in flight (the split builds
+      // make them at the next step's start: here they cost their helpers' registers, and were slower)
+      yv_out(k, yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
+#endif
     }
   }
+#if SERIAL_SPLIT > 1
   if (cols) yv_out(chunk_of(b, h, 0u), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));  // the last chunk's (chunk 0)
+#endif
   // dS now is the gradient of chunk 0's start state: dh0 (where the forward had h0)
   if (STATES && has(STATE_H0) && cols)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)
