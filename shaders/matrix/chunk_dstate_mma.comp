@@ -153,6 +153,21 @@ void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint co
   coopMatStoreNV(p * inv_p, tiles, t_at, 16u, false);
 }
 
+// The subgroup's share of chunk's pair dots U dO^T [j][i] (its u rows, 2^eo dO^T split as oh, ol),
+// times inv_p, into tile t_out; U passes through tile t_u.
+void u_do_share(vec4 u[2], F16M oh, F16M ol, float sv, float inv_p, uint t_u, uint t_out, uint lane) {
+  F32M m;
+  F16M ah, al;
+  const vec4 us[2] = vec4[2](sv * u[0], sv * u[1]);
+  PUT_LANE_TILE(t_u, lane, us)
+  TILE_SYNC()  // and every lane's load of dO^T is done
+  coopMatLoadNV(m, tiles, t_u, 16u, false);  // U [j][c]
+  split(m, ah, al);
+  m = F32M(0.0);
+  mma_split_into(m, ah, al, oh, ol);
+  coopMatStoreNV(m * inv_p, tiles, t_out, 16u, false);
+}
+
 // The pair dots of chunk k: the sums of the NSG subgroups' shares that yv_out left in their tiles
 // (between two barriers), into the workgroup's slot; invocation tid at elements [j][i] = [e / 16][e % 16],
 // e = tid (256 invocations, 256 elements).
@@ -374,20 +389,11 @@ void main() {
         coopMatLoadNV(bl, kl, 4u * rt, DP, true);
         MMA_SPLIT(du, du_lo, sh, sl, bh_, bl)
       }
+#if SERIAL_SPLIT > 1
       // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
       // made while dU's products are in flight (faster than before them or after Yv).
-      {
-        F32M m;
-        F16M ah, al;
-        const vec4 us[2] = vec4[2](sv * u[0], sv * u[1]);
-        PUT_LANE_TILE(t_du, lane, us)
-        TILE_SYNC()  // and every lane's load of dO^T is done
-        coopMatLoadNV(m, tiles, t_du, 16u, false);  // U [j][c]
-        split(m, ah, al);
-        m = F32M(0.0);
-        mma_split_into(m, ah, al, oh, ol);
-        coopMatStoreNV(m * pow2(-(eo + ev)), tiles, t_do, 16u, false);
-      }
+      u_do_share(u, oh, ol, sv, pow2(-(eo + ev)), t_du, t_do, lane);
+#endif
       du = unsplit(du, du_lo) * pow2(eu - ed - cur.eqk);
 
       FETCH_TILE(x4, k, lane, col0, xr)
@@ -439,6 +445,8 @@ void main() {
       }
       ed = en;
 #if SERIAL_SPLIT == 1
+      u_do_share(u, oh, ol, sv, pow2(-(eo + ev)), t_du, t_do, lane);
+      TILE_SYNC()  // every lane's load of U is done: yv_out takes its tile
       // the chunk's Yv and X Yv^T share, while the update's products are in flight (the split builds
       // make them at the next step's start: here they cost their helpers' registers, and were slower)
       yv_out(k, yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
