@@ -153,8 +153,9 @@ void yv_out(Chunk k, F16M yh, F16M yl, vec4 xr[2], uint t_at, uint lane, uint co
   coopMatStoreNV(p * inv_p, tiles, t_at, 16u, false);
 }
 
-// The subgroup's share of chunk's pair dots U dO^T [j][i] (its u rows, 2^eo dO^T split as oh, ol),
-// times inv_p, into tile t_out; U passes through tile t_u.
+// The subgroup's share of a chunk's pair dots U dO^T [j][i] (the lane's u rows, 2^eo dO^T split as
+// oh, ol), times inv_p, into tile t_out; U passes through tile t_u. (Split, made while dU's products
+// are in flight; unsplit, at the end of the step with yv_out, while the update's are.)
 void u_do_share(vec4 u[2], F16M oh, F16M ol, float sv, float inv_p, uint t_u, uint t_out, uint lane) {
   F32M m;
   F16M ah, al;
@@ -391,7 +392,8 @@ void main() {
       }
 #if SERIAL_SPLIT > 1
       // The subgroup's share of the pair dots U dO^T ([j][i]), into the dO tile (t_du is free here),
-      // made while dU's products are in flight (faster than before them or after Yv).
+      // made while dU's products are in flight (faster than before them or after Yv; unsplit, faster
+      // at the step's end).
       u_do_share(u, oh, ol, sv, pow2(-(eo + ev)), t_du, t_do, lane);
 #endif
       du = unsplit(du, du_lo) * pow2(eu - ed - cur.eqk);
