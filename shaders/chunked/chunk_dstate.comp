@@ -62,7 +62,7 @@ struct Round {
   float pdo;     // P^T dO of the value the thread's lane owns (owned_value)
   vec2 lgq;      // lg (hi, lo) of the row whose q^ it stages
   vec2 lgu;      // lg of the owned value's row
-  vec2 lge;      // lg of the chunk's last row (log Gamma)
+  vec2 lge;      // lg of the chunk's last row (log Gamma), with a chunk's first round only
 };
 
 // The dU value (v = CPG i + column) that lane t of a group totals: where the whole group is one
@@ -74,7 +74,7 @@ Round fetch(Chunk k, uint i0, uint tid, uint blk) {
   f.k = vec4(0.0); f.q = vec4(0.0); f.w = vec4(0.0); f.dO = 0.0; f.pdo = 0.0;
   const uint i = i0 + tid / (D / 4u), r4 = tid % (D / 4u);
   f.lgq = chunk_lg(k, min(i, CH - 1u));
-  f.lge = chunk_lg(k, CH - 1u);
+  f.lge = i0 == 0u ? chunk_lg(k, CH - 1u) : vec2(0.0);
   if (i < k.L) {
     const uint bt = k.b * pc.t + k.t0 + i;
     f.k = qkn4[qk_at(QK_K, bt, k.ko) / 4u + r4];
@@ -111,7 +111,8 @@ void main() {
     if (k.c + 1u < nch)
       [[unroll]] for (uint c = 0u; c < CPG; ++c) dsc4[((bh * slots + k.c) * D + col + c) * (D / 4u) + t] = ds[c];
     vec4 acc[CPG];
-    [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = exp(next.lge.x + next.lge.y) * ds[c];
+    const vec2 lge = next.lge;  // (the chunk's first round is next)
+    [[unroll]] for (uint c = 0u; c < CPG; ++c) acc[c] = exp(lge.x + lge.y) * ds[c];
 
     for (uint i0 = 0u; i0 < k.L; i0 += SUB, buf ^= 1u) {
       // (buffer buf was last read two rounds ago, before the last round's barrier)
@@ -157,7 +158,7 @@ void main() {
         const uint v = owned_value(t), i = i0 + v / CPG;
         float x = 0.0;
         if (i < k.L) {
-          x = cur.pdo + exp(lg_diff(cur.lge.x, cur.lge.y, cur.lgu.x, cur.lgu.y)) * total;
+          x = cur.pdo + exp(lg_diff(lge.x, lge.y, cur.lgu.x, cur.lgu.y)) * total;
           du[head_row(k, i) * D + col + v % CPG] = x;
         }
         sdu[(v / CPG) * NG + g][v % CPG] = x;
