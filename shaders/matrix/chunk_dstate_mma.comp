@@ -122,6 +122,13 @@ void put_row_sums(Chunk k, uint sg, uint lane, uint slot) {
 }
 #endif
 
+// The forward's 1/rms of chunk k's rows tile_row(lane, e) (rows past the chunk: 0), loaded a chunk
+// ahead with the norm's other inputs.
+#define FETCH_INV(k, lane, x)                                                                                    \
+  {                                                                                                              \
+    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_) x[e_] = tile_row(lane, e_) < (k).L ? inv_rms[head_row(k, tile_row(lane, e_))] : 0.0; \
+  }
+
 // Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]):
 // stores Yv at the subgroup's 16 columns (a whole chunk's rows straight from the registers, a short
 // chunk's through the subgroup's tile at t_at), then leaves its share of the pair dot X Yv^T ([j][i])
@@ -247,20 +254,23 @@ void main() {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
   }
 
-  // A chunk's o, z and dout rows (the norm's inputs) and u rows are loaded while the chunk after it
+  // A chunk's o, z, dout rows and 1/rms (the norm's inputs) and u rows are loaded while the chunk after it
   // (the one before in this pass's order) updates its state, so that their latency is off the chain.
   // Its operators are loaded here, not a chunk ahead: ahead measured slower wherever they were loaded
   // (their registers cost more than the latency they hide).
   // (Split, the subgroups that hold columns load u only, the norm helpers the norm's inputs only.)
   vec4 o_next[2], z_next[2], g_next[2], u_next[2];  // z and dout (g) as FETCH_STREAM loads them
+  float inv_next[2];  // 1/rms of the lane's two rows
   [[unroll]] for (uint e = 0u; e < 2u; ++e) {
     o_next[e] = vec4(0.0); z_next[e] = vec4(0.0); g_next[e] = vec4(0.0); u_next[e] = vec4(0.0);
+    inv_next[e] = 0.0;
   }
   {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
     if (cols) FETCH_TILE(u4, k0, lane, col0, u_next)
     if (SPLIT == 1u || norm_helper) {
       FETCH_TILE(o4, k0, lane, ncol0, o_next)
+      FETCH_INV(k0, lane, inv_next)
       FETCH_STREAM(BF16_Z, z4, z2, k0, lane, ncol0, z_next)
       FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, ncol0, g_next)
     }
@@ -281,12 +291,11 @@ void main() {
     vec4 o[2] = o_next, u[2] = u_next, wd[2];
     const vec4 z[2] = {stream_value(BF16_Z, z_next[0]), stream_value(BF16_Z, z_next[1])};
     const vec4 g[2] = {stream_value(BF16_DOUT, g_next[0]), stream_value(BF16_DOUT, g_next[1])};
-    float inv[2], part[2];
+    const float inv[2] = inv_next;
+    float part[2];
     if (SPLIT == 1u || norm_helper) {
       vec4 dn = vec4(0.0);  // the lane's 4 columns of the chunk's dnorm share, over its two rows
       [[unroll]] for (uint e = 0u; e < 2u; ++e) {
-        const uint i = tile_row(lane, e);
-        inv[e] = i < k.L ? inv_rms[head_row(k, i)] : 0.0;
         const vec4 sz = silu(z[e]);
         wd[e] = nw * sz * g[e];
         part[e] = dot(wd[e], o[e]);
@@ -312,6 +321,7 @@ void main() {
       if (cc + 1u < nch) {  // the next chunk's norm inputs
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);
         FETCH_TILE(o4, kn, lane, ncol0, o_next)
+        FETCH_INV(kn, lane, inv_next)
         FETCH_STREAM(BF16_Z, z4, z2, kn, lane, ncol0, z_next)
         FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, ncol0, g_next)
       }
@@ -406,6 +416,7 @@ void main() {
         FETCH_TILE(u4, kn, lane, col0, u_next)
         if (SPLIT == 1u) {  // (split: the helpers load the norm's inputs)
           FETCH_TILE(o4, kn, lane, col0, o_next)
+          FETCH_INV(kn, lane, inv_next)
           FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
           FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
         }
