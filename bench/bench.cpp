@@ -147,7 +147,7 @@ bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu) {
 }
 
 bool below_best(const DevicePeaks& best, const DevicePeaks& now, bool cpu) {
-  constexpr double kBelow = 0.9;
+  constexpr double kBelow = 0.95;
   return !cpu && (now.copy_gb_per_s < kBelow * best.copy_gb_per_s || now.fma_gflop_per_s < kBelow * best.fma_gflop_per_s);
 }
 
@@ -177,7 +177,7 @@ std::string usage() {
          "  --serial-split N: Config::serial_split, the matrix units' serial passes as N workgroups per\n"
          "    head (1, 2 or 4; 0, the default: the layer's choice).\n"
          "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
-         "  by over 15%, that began or ended with either under 90% of the best measured in this bench,\n"
+         "  by over 15%, that began or ended with either under 95% of the best measured in this bench,\n"
          "  or whose conv_fwd moved its bytes (128 MB or more) at under 60% of the copy ceiling (35%\n"
          "  with --bf16), is discarded and timed again (3 attempts), and one still slowed is marked\n"
          "  SLOWED and exits with status 3.\n";

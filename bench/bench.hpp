@@ -18,9 +18,11 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 /// one measured before (never on a CPU driver, whose times are no performance figures).
 bool slowed(const DevicePeaks& before, const DevicePeaks& after, bool cpu);
 /// Whether ceilings measured later in a bench run (the start or the end of an attempt) fell below
-/// 90% of the best measured in it: a device that slowed before an attempt started, and stayed slow
+/// 95% of the best measured in it: a device that slowed before an attempt started, and stayed slow
 /// through it, passes slowed() (seen on an H100: fp32 FMA at 86% of the first measure throughout
-/// an attempt that followed a discarded one, every kernel 10% to 15% slower). Never on a CPU driver.
+/// an attempt that followed a discarded one, every kernel 10% to 15% slower; and at 92% and 95% at
+/// an attempt's start and end, the compute-bound kernels 6% slower). A steady H100 measured its
+/// ceilings within 0.2% of each other. Never on a CPU driver.
 bool below_best(const DevicePeaks& best, const DevicePeaks& now, bool cpu);
 /// Whether a memory-bound kernel that moved `bytes` (128 MB or more: fewer are bound by launch
 /// latency) in `ms` ran below `share` of the copy ceiling; never on a CPU driver.

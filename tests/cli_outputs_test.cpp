@@ -150,7 +150,7 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
   EXPECT_THAT(heads.err, HasSubstr("nv = 2147483647"));
 }
 
-// A GPU run during which either ceiling fell by over 15%, that began or ended with one under 90% of
+// A GPU run during which either ceiling fell by over 15%, that began or ended with one under 95% of
 // the best of the bench run, or whose conv_fwd fell far under the copy ceiling, counts as slowed
 // (and is timed again); a CPU driver's never does.
 TEST(Bench, SlowedWhenACeilingFalls) {
@@ -165,6 +165,10 @@ TEST(Bench, SlowedWhenACeilingFalls) {
   const DevicePeaks best{.copy_gb_per_s = 3029, .fma_gflop_per_s = 60376};
   EXPECT_TRUE(bench::below_best(best, {.copy_gb_per_s = 3022, .fma_gflop_per_s = 52155}, false));
   EXPECT_FALSE(bench::below_best(best, {.copy_gb_per_s = 3022, .fma_gflop_per_s = 58000}, false));
+  // and one that began at 92% of it (55810 against 60375 GFLOP/s; 57643 at its end), the serial
+  // passes 6% slower than in the next attempt
+  EXPECT_TRUE(bench::below_best({.copy_gb_per_s = 3012, .fma_gflop_per_s = 60375},
+                                {.copy_gb_per_s = 3006, .fma_gflop_per_s = 55810}, false));
   EXPECT_TRUE(bench::below_best(best, {.copy_gb_per_s = 2700, .fma_gflop_per_s = 60376}, false));
   EXPECT_FALSE(bench::below_best(best, {.copy_gb_per_s = 10, .fma_gflop_per_s = 10}, true));
   // conv_fwd at the 27B shape, float32 qkv: 335 MB in 0.110 ms on an H200 (72% of 4268 GB/s) and in
