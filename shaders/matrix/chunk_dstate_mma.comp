@@ -122,11 +122,16 @@ void put_row_sums(Chunk k, uint sg, uint lane, uint slot) {
 }
 #endif
 
-// The forward's 1/rms of chunk k's rows tile_row(lane, e) (rows past the chunk: 0), loaded a chunk
-// ahead with the norm's other inputs.
-#define FETCH_INV(k, lane, x)                                                                                    \
-  {                                                                                                              \
-    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_) x[e_] = tile_row(lane, e_) < (k).L ? inv_rms[head_row(k, tile_row(lane, e_))] : 0.0; \
+// The norm's inputs of chunk k, loaded a chunk ahead into main's o_next, inv_next, z_next and g_next:
+// the lane's elements of its o, z and dout rows at the 16 columns from c0, and the forward's 1/rms
+// of rows tile_row(lane, e) (rows past the chunk: 0).
+#define FETCH_NORM_INPUTS(k, lane, c0)                                                                          \
+  {                                                                                                             \
+    FETCH_TILE(o4, k, lane, c0, o_next)                                                                         \
+    [[unroll]] for (uint e_ = 0u; e_ < 2u; ++e_)                                                                \
+      inv_next[e_] = tile_row(lane, e_) < (k).L ? inv_rms[head_row(k, tile_row(lane, e_))] : 0.0;             \
+    FETCH_STREAM(BF16_Z, z4, z2, k, lane, c0, z_next)                                                           \
+    FETCH_STREAM(BF16_DOUT, dout4, dout2, k, lane, c0, g_next)                                                  \
   }
 
 // Yv of chunk k, held transposed and split as the state update took it (yh, yl: Yv^T [column][i]):
@@ -269,10 +274,7 @@ void main() {
     const Chunk k0 = chunk_of(b, h, nch - 1u);
     if (cols) FETCH_TILE(u4, k0, lane, col0, u_next)
     if (SPLIT == 1u || norm_helper) {
-      FETCH_TILE(o4, k0, lane, ncol0, o_next)
-      FETCH_INV(k0, lane, inv_next)
-      FETCH_STREAM(BF16_Z, z4, z2, k0, lane, ncol0, z_next)
-      FETCH_STREAM(BF16_DOUT, dout4, dout2, k0, lane, ncol0, g_next)
+      FETCH_NORM_INPUTS(k0, lane, ncol0)
     }
   }
 #if SERIAL_SPLIT > 1
@@ -320,10 +322,7 @@ void main() {
       if (lane == 0u) hom[(cc & 1u) * NSG + hs] = omax;
       if (cc + 1u < nch) {  // the next chunk's norm inputs
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);
-        FETCH_TILE(o4, kn, lane, ncol0, o_next)
-        FETCH_INV(kn, lane, inv_next)
-        FETCH_STREAM(BF16_Z, z4, z2, kn, lane, ncol0, z_next)
-        FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, ncol0, g_next)
+        FETCH_NORM_INPUTS(kn, lane, ncol0)
       }
     }
     // the next chunk's row sums (rsb[parity of cc] is read above, the other one written here: the
@@ -415,10 +414,7 @@ void main() {
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);
         FETCH_TILE(u4, kn, lane, col0, u_next)
         if (SPLIT == 1u) {  // (split: the helpers load the norm's inputs)
-          FETCH_TILE(o4, kn, lane, col0, o_next)
-          FETCH_INV(kn, lane, inv_next)
-          FETCH_STREAM(BF16_Z, z4, z2, kn, lane, col0, z_next)
-          FETCH_STREAM(BF16_DOUT, dout4, dout2, kn, lane, col0, g_next)
+          FETCH_NORM_INPUTS(kn, lane, col0)
         }
       }
       // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
