@@ -309,9 +309,9 @@ void main() {
     }
     // Unsplit, the rows' <w dout, o> before the first barrier (set cc % 2: the chunk before reads the
     // other between its barriers), so that dO is made between the barriers, off the chain after them.
-    if (SPLIT == 1u)
-      [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e, cc & 1u);
-#if SERIAL_SPLIT > 1
+#if SERIAL_SPLIT == 1
+    [[unroll]] for (uint e = 0u; e < 2u; ++e) put_row_part(part[e], sg, lane, e, cc & 1u);
+#else
     if (norm_helper) {  // dO of subgroup hs's columns, from the row helpers' sums, for it to start from
       vec4 dO[2];
       const vec2 rs = vec2(rsb[(cc & 1u) * 16u + tile_row(lane, 0u)], rsb[(cc & 1u) * 16u + tile_row(lane, 1u)]);
