@@ -154,7 +154,8 @@ void main() {
     stage_operators(cur, tid);
     if (cols) [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
     barrier();
-    // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait
+    // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait. (The
+    // split builds, whose output norm_fwd2 makes, load it unused: skipped there, they were no faster.)
     FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
     if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
       const Chunk k1 = chunk_of(b, h, c + 1u);
