@@ -259,8 +259,9 @@ void main() {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
   }
 
-  // A chunk's o, z, dout rows and 1/rms (the norm's inputs) and u rows are loaded while the chunk after it
-  // (the one before in this pass's order) updates its state, so that their latency is off the chain.
+  // A chunk's o, z, dout rows and 1/rms (the norm's inputs) and u rows are loaded while the chunk
+  // after it (the one before in this pass's order) updates its state, so that their latency is off
+  // the chain.
   // Its operators are loaded here, not a chunk ahead: ahead measured slower wherever they were loaded
   // (their registers cost more than the latency they hide).
   // (Split, the subgroups that hold columns load u only, the norm helpers the norm's inputs only.)
