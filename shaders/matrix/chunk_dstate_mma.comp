@@ -369,10 +369,10 @@ void main() {
     }
     barrier();
     if (cols) {  // the subgroup's columns (a helper waits at the next chunk's first barrier)
-      if (SPLIT == 1u) {
-        [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
-        TILE_SYNC()  // the subgroup's dO tile is in
-      }
+#if SERIAL_SPLIT == 1
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_do + t_lane + 128u * e, pow2(eo) * dO[e])
+      TILE_SYNC()  // the subgroup's dO tile is in
+#endif
 
       // dU^T = dO^T P + dS^T K~^T   (P [j][i]: a row-major load; K~^T: column-major loads of the [i][r] stage)
       F32M dOt;  // 2^eo dO^T
@@ -414,9 +414,9 @@ void main() {
       if (cc + 1u < nch) {
         const Chunk kn = chunk_of(b, h, nch - 2u - cc);
         FETCH_TILE(u4, kn, lane, col0, u_next)
-        if (SPLIT == 1u) {  // (split: the helpers load the norm's inputs)
-          FETCH_NORM_INPUTS(kn, lane, col0)
-        }
+#if SERIAL_SPLIT == 1  // (split: the helpers load the norm's inputs)
+        FETCH_NORM_INPUTS(kn, lane, col0)
+#endif
       }
       // Yv^T = dU^T T   (T [m][i]: a row-major load of its stage)
       F16M uh, ul;
