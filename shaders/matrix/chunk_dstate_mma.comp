@@ -240,21 +240,18 @@ void main() {
   int ed = 0, eu = 0;  // the exponents of dS (carried from chunk to chunk) and of the last chunk's dU, Yv
   int eo_min = int(NO_EXPONENT), ed_min = int(NO_EXPONENT), eu_min = int(NO_EXPONENT);  // the smallest over the window (of chunks with nonzero values;
                                                   // for dS the exponent of its largest value)
-  float s_lane[8];  // the lane's largest |2^ed dS| of each tile, made as the update leaves them
-  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) s_lane[rt] = 0.0;
+  float s_lane = 0.0;  // the lane's largest |2^ed dS|, made as the update leaves its tiles
 
   F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
   if (STATES && has(STATE_CARRY)) {  // dS^T's tiles are column-major loads of dht's [k][v] rows; ed from its largest value
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       coopMatLoadNV(dst[rt], dht, (bh * D + 16u * rt) * D + col0, D, true);
-      s_lane[rt] = tile_absmax(dst[rt]);
+      s_lane = max(s_lane, tile_absmax(dst[rt]));
     }
-    ed = state_exponent(subgroup_max32(max8(s_lane)));
+    ed = state_exponent(subgroup_max32(s_lane));
     const float sc = pow2(ed);
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      dst[rt] = dst[rt] * sc;
-      s_lane[rt] *= sc;
-    }
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * sc;
+    s_lane *= sc;
   } else {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
   }
@@ -338,7 +335,7 @@ void main() {
         coopMatStoreNV(dst[rt] * pow2(-ed), dsc, ((bh * slots + k.c / 2u) * D + col0) * D + 16u * rt, D, false);
     barrier();  // the previous chunk's readers of the staged operands and of row_part are done
     // the largest |dS| of the subgroup's columns, reduced beside the staging
-    const float s_start = subgroup_max32(max8(s_lane)) * pow2(-ed);
+    const float s_start = subgroup_max32(s_lane) * pow2(-ed);
     if (cc > 0u) sum_pair_dots(chunk_of(b, h, nch - cc), bh, nch, tid);
     stage_operators(cur, tid);
     vec4 dO[2];   // unsplit: the chunk's dO at the subgroup's columns
@@ -439,6 +436,7 @@ void main() {
       // |diag(beta gamma) K| < 2^(1 - eqk) times |dO| and |Yv|.
       const int en = state_exponent(gam * s_start + 32.0 * pow2(-cur.eqk) * (omax + y_max * pow2(-eu)));
       const float to_o = gam * pow2(eo + cur.eqk - ed), o_to_u = pow2(eu - eo), from_u = pow2(en - eu - cur.eqk);
+      s_lane = 0.0;
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
         F16M qb, ql_, wb, wl_;
         coopMatLoadNV(qb, qh, 4u * rt, DP, false);
@@ -451,7 +449,7 @@ void main() {
         lo = lo * o_to_u;
         MMA_SPLIT(acc, lo, yth, ytl, wb, wl_)
         dst[rt] = unsplit(acc, lo) * from_u;
-        s_lane[rt] = tile_absmax(dst[rt]);
+        s_lane = max(s_lane, tile_absmax(dst[rt]));
       }
       ed = en;
 #if SERIAL_SPLIT == 1

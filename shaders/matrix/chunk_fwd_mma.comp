@@ -172,10 +172,10 @@ void main() {
       // -S^T K^^T and O^T = S^T Q~^T, sharing the split of S^T (K^^T, Q~^T: column-major loads), at
       // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
       F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
-      float s_lane[8];  // the lane's largest |2^es S| of each tile
+      float s_lane = 0.0;  // the lane's largest |2^es S|
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
         F16M sh, sl, bh_, bl;
-        s_lane[rt] = tile_absmax(st[rt]);
+        s_lane = max(s_lane, tile_absmax(st[rt]));
         split_state(st[rt], sh, sl);
         coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
         coopMatLoadNV(bl, xl, 4u * rt, DP, true);
@@ -209,7 +209,7 @@ void main() {
         coopMatLoadNV(bl, tl, 0u, PP, true);
         mma_split_into(u, xh, xl, bh_, bl);
       }
-      const float s_start = subgroup_max32(max8(s_lane)) * pow2(-es);  // the largest |S0| of the subgroup's columns
+      const float s_start = subgroup_max32(s_lane) * pow2(-es);  // the largest |S0| of the subgroup's columns
       if (s_start > 0.0) es_min = min(es_min, scale_exponent(s_start));
       const float u_max = subgroup_max32(tile_absmax(u));  // of 2^eu U
       F16M uh, ul;
