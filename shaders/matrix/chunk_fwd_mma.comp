@@ -113,12 +113,12 @@ void main() {
                                    // (of chunks with nonzero values)
   F32M st[8];  // 2^es S^T: [column][row 16 rt ..]
   if (STATES && has(STATE_H0)) {  // S^T's tiles are column-major loads of h0's [k][v] rows; es from its largest value
-    float m[8];
+    float m = 0.0;  // the lane's largest |S0|
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
       coopMatLoadNV(st[rt], h0, (bh * D + 16u * rt) * D + col0, D, true);
-      m[rt] = tile_absmax(st[rt]);
+      m = max(m, tile_absmax(st[rt]));
     }
-    es = state_exponent(subgroup_max32(max8(m)));
+    es = state_exponent(subgroup_max32(m));
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = st[rt] * pow2(es);
   } else {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) st[rt] = F32M(0.0);

@@ -112,8 +112,6 @@ float tile_absmax(F32M x) {
   for (int e = 0; e < x.length(); ++e) m = max(m, abs(x[e]));
   return m;
 }
-// The largest of 8 values, as a tree (the lanes' maxima of a state's 8 tiles).
-float max8(float m[8]) { return max(max(max(m[0], m[1]), max(m[2], m[3])), max(max(m[4], m[5]), max(m[6], m[7]))); }
 // The serial passes' states: each update is scaled, in its last multiply, to the exponent that puts
 // a bound on the new state's largest magnitude (true units) in [2^13, 2^14), the bound made from
 // values at hand when the update starts: Gamma times the exact largest |S| at the chunk's start
