@@ -158,6 +158,15 @@ bool kernel_slowed(double bytes, double ms, double copy_gb_per_s, double share, 
 
 double conv_slowed_share(bool bf16_qkv) { return bf16_qkv ? 0.35 : 0.6; }
 
+// Where the layer runs the chunked family's fp32 kernels though the config allows its matrix-unit ones:
+// why (empty otherwise), so that a run that fell back says so.
+std::string matrix_units_why_not(const Context& ctx, const Config& cfg, const Layer& layer) {
+  if (layer.variant() != Variant::Chunked || layer.config().matrix_units || !cfg.matrix_units) return "";
+  for (const auto& f : family_support(ctx, cfg))
+    if (f.variant == Variant::Chunked) return f.matrix_units_why_not;
+  return "";
+}
+
 std::string usage() {
   return "gdn bench [--batch B] [--tokens T] [--nv N] [--nk N] [--taps K] [--ckpt N]\n"
          "          [--variant auto|subgroup|per-head|chunked] [--no-matrix] [--fast] [--repeats N]\n"
@@ -273,6 +282,9 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     };
     err << "gdn bench: " << dev.name << ", B " << B << " T " << T << " nv " << cfg.nv << " nk " << cfg.nk << " K "
         << cfg.conv_taps << ", variant " << to_string(layer.variant()) << ": warm-up (" << o.warmup << " steps)...\n";
+    const std::string why_fp32 = matrix_units_why_not(*ctx, cfg, layer);
+    if (!why_fp32.empty())
+      err << "gdn bench: the chunked family runs its fp32 kernels, not the matrix units: " << why_fp32 << '\n';
     layer.set_profiling(false);
     for (int i = 0; i < o.warmup; ++i) step(false);
     layer.set_profiling(true);
@@ -327,6 +339,7 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
         << "shape: B " << B << ", T " << T << ", nv " << cfg.nv << ", nk " << cfg.nk << ", K " << cfg.conv_taps
         << ", D " << kHeadDim << "; checkpoint interval " << layer.config().checkpoint_interval << "; variant "
         << to_string(layer.variant()) << (layer.config().matrix_units ? " (matrix units)" : "")
+        << (why_fp32.empty() ? "" : " (fp32 kernels, not the matrix units: " + why_fp32 + ")")
         << (layer.config().precision == Precision::Fast ? "; precision fast"
             : o.precision == Precision::Fast          ? "; precision exact (--fast: no matrix units run here)"
                                                       : "")

@@ -135,6 +135,11 @@ TEST_F(Cli, BenchRunsAndWritesJson) {
                              HasSubstr("after the timed work"),
                              HasSubstr("tape:"), HasSubstr("checkpoints"), HasSubstr(std::string("variant ") + variant)));
     EXPECT_THAT(r.err, HasSubstr("repeat 2/2"));  // progress
+    if (v == "chunked")  // on the matrix units, or why not
+      for (const auto& f : family_support(*Context::create(), Config{.nv = 2, .nk = 1}))
+        if (f.variant == Variant::Chunked)
+          EXPECT_THAT(r.out, HasSubstr(f.matrix_units ? "variant chunked (matrix units)"
+                                                      : "(fp32 kernels, not the matrix units: " + f.matrix_units_why_not + ")"));
     std::ifstream f(json);
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_THAT(text, AllOf(HasSubstr("\"passes\""), HasSubstr("\"tape_bytes\""), HasSubstr("\"copy_gb_per_s\""),
