@@ -64,7 +64,23 @@ layout(set = 0, binding = 18) writeonly buffer Ht { float ht[]; };
 
 #include "chunk.glsl"
 #define ROW_PART_SETS 2u  // a chunk's row sums are read during the next chunk's products
+#if SERIAL_SPLIT > 1
+// Split, the helper subgroups load everything a step takes, a chunk ahead: the first 128 of their
+// invocations the operators (4 rows each), split into fp16 pairs as their loads come in and stored
+// between the barriers; helper NSG + s subgroup s's V, which it stages scaled, with its largest
+// value; and the chunk's scalars. The subgroups that hold columns load nothing (no load of theirs
+// is in flight during their products, nor held across them).
+#define OPERATOR_FETCHERS 128u
+#endif
 #include "chunk_mma.glsl"
+#if SERIAL_SPLIT > 1
+// The helpers' hand-over to the column subgroups: the chunk's largest |v| at column subgroup s's
+// columns (at s), and the chunk's lg (hi, lo) of its last row, eqk and ep (at 0 .. 3). 8 floats
+// each: sized NSG and 4, the split-4 build (an 8-byte vmax_stage) gave NaN on the H100 (NVIDIA
+// 580) with every index in range; split 2 (16 bytes) and 8 floats gave the right results.
+shared float vmax_stage[8];
+shared float scalar_stage[8];
+#endif
 
 // The lane's elements (tile_row, tile_lane) of chunk k's V rows at the subgroup's 16 columns from
 // col0; rows past the chunk are zero.
@@ -102,7 +118,14 @@ void main() {
   const uint b = bh / pc.nv, h = bh % pc.nv;
   const uint slots = max((nch + 1u) / 2u, 2u) - 1u;  // checkpoints: one per pair of chunks but the first
   const uint col0 = split_col0(sg);                  // the subgroup's first state column
-  const bool cols = holds_columns(sg);  // else a helper: it stages operators only
+  const bool cols = holds_columns(sg);  // else a helper: it loads and stages (split: all a step takes)
+  // the invocation's share of the operators' fetch and staging (OPERATOR_FETCHERS)
+  const uint fid = SPLIT == 1u ? tid : cols ? 0u : tid - NSG * 32u;
+  const bool fetches = SPLIT == 1u || (!cols && fid < OPERATOR_FETCHERS);
+  // the subgroups that load V: each its own (unsplit), helper NSG + s subgroup s's (split)
+  const bool v_helper = SPLIT > 1u && !cols && sg - NSG < NSG;
+  const bool loads_v = SPLIT == 1u || v_helper;
+  const uint v_col0 = v_helper ? split_col0(sg - NSG) : col0;
   const uint t_u = sg * 512u, t_o = t_u + 256u;      // its two tiles: V (then U on its way out), O
   const uint t_lane = tile_lane(lane);
   // The lane's share of the norm: rows tile_row(lane, e) of each chunk, columns col0 + 4 (lane % 4) ..
@@ -128,14 +151,27 @@ void main() {
   // after which that chunk's staged copies are all that is read (their registers are free then),
   // so that their latency is off the serial chain (loaded after the products, they had only the state
   // update to land).
-  Operators next;
-  vec4 v_next[2];
+  Operators next = no_operators();
+#if SERIAL_SPLIT > 1
+  SplitOperators prep = no_split_operators();  // split: a fetcher's share of the next chunk's, split as loaded
+  OperatorScalars next_sc = OperatorScalars(vec2(0.0), 0, 0);
+#endif
+  vec4 v_next[2] = vec4[2](vec4(0.0), vec4(0.0));
   {
     const Chunk k0 = chunk_of(b, h, 0u);
-    next = fetch_operators(k0, tid);
-    fetch_v(k0, lane, col0, v_next);
+#if SERIAL_SPLIT > 1
+    if (fetches) {
+      const Operators f = fetch_operators(k0, fid);
+      prep = prepare_operators(f);
+      next_sc = scalars_of(f);
+    }
+#else
+    if (fetches) next = fetch_operators(k0, fid);
+#endif
+    if (loads_v) fetch_v(k0, lane, v_col0, v_next);
   }
-  // the largest |v| of the next chunk's rows at the subgroup's columns, reduced during the chunk before
+  // the largest |v| of the next chunk's rows at the subgroup's (split: its V helper's) columns,
+  // reduced during the chunk before
   float vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
   // A chunk's output waits for every subgroup's row sums: it is written while the next chunk's
   // products are in flight (the last chunk's after the loop), which saves a barrier per chunk.
@@ -144,20 +180,53 @@ void main() {
     const Chunk k = chunk_of(b, h, c);
     const Operators cur = next;
     const vec4 v[2] = v_next;
-    // the chunk's scales: eu of V, es of the state
+    // the chunk's scales: eu of V, es of the state (split: the column subgroups' after the barriers)
+#if SERIAL_SPLIT > 1
+    float vmax;
+    int eu;
+    float inv_su;
+    OperatorScalars cs;
+#else
+    const OperatorScalars cs = scalars_of(cur);
     const float vmax = vmax_next;
     const int eu = scale_exponent(vmax);
     if (vmax > 0.0) eu_min = min(eu_min, eu);
     const float inv_su = pow2(-eu);
+#endif
     vec4 z[2];
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
+#if SERIAL_SPLIT > 1
+    if (fetches) store_operators(prep, fid);
+#else
     stage_operators(cur, tid);
+#endif
+#if SERIAL_SPLIT > 1
+    if (v_helper) {  // subgroup s's V tile, 2^eu V
+      const uint s = sg - NSG;
+      [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(s * 512u + t_lane + 128u * e, pow2(scale_exponent(vmax_next)) * v[e])
+      if (lane == 0u) vmax_stage[s] = vmax_next;
+    }
+    if (fetches && fid == 0u) {
+      scalar_stage[0] = next_sc.lgam.x;
+      scalar_stage[1] = next_sc.lgam.y;
+      scalar_stage[2] = float(next_sc.eqk);
+      scalar_stage[3] = float(next_sc.ep);
+    }
+#else
     if (cols) [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
+#endif
     barrier();
+#if SERIAL_SPLIT > 1
+    vmax = vmax_stage[min(sg, NSG - 1u)];
+    eu = scale_exponent(vmax);
+    if (vmax > 0.0) eu_min = min(eu_min, eu);
+    inv_su = pow2(-eu);
+    cs = OperatorScalars(vec2(scalar_stage[0], scalar_stage[1]), int(scalar_stage[2]), int(scalar_stage[3]));
+#endif
     // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait. (The
     // split builds, whose output norm_fwd2 makes, load it unused: skipped there, they were no faster.)
     FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
-    if (c + 1u < nch) {  // the next chunk's operands (cur and v are staged)
+    if (SPLIT == 1u && c + 1u < nch) {  // the next chunk's operands (cur and v are staged; split: the helpers', below)
       const Chunk k1 = chunk_of(b, h, c + 1u);
       next = fetch_operators(k1, tid);
       fetch_v(k1, lane, col0, v_next);
@@ -192,7 +261,7 @@ void main() {
         F16M xh, xl, bh_, bl;
         F32M vt;
         coopMatLoadNV(vt, tiles, t_u, 16u, true);  // 2^eu V^T [column][j]
-        const F32M xs = vt + unsplit(x, x_lo) * pow2(eu - es - cur.eqk);
+        const F32M xs = vt + unsplit(x, x_lo) * pow2(eu - es - cs.eqk);
         if (pc.keep != 0u) {  // X for the backward: a whole chunk's rows straight from the registers
           if (k.L == CH) {
             coopMatStoreNV(xs * inv_su, xp, head_row(k, 0u) * D + col0, pc.nv * D, true);  // X [i][column]
@@ -220,7 +289,7 @@ void main() {
         coopMatLoadNV(bl, pl, 0u, PP, true);
         F32M op = F32M(0.0);
         mma_split_into(op, uh, ul, bh_, bl);
-        o = unsplit(o, o_lo) * pow2(-(es + cur.eqk)) + op * pow2(-(eu + cur.ep));
+        o = unsplit(o, o_lo) * pow2(-(es + cs.eqk)) + op * pow2(-(eu + cs.ep));
       }
       // U for the tape: a whole chunk's rows straight from the registers, as X; a short last chunk's
       // through the V tile with O
@@ -240,14 +309,14 @@ void main() {
         if (SPLIT == 1u) put_row_part(dot(o8[e], o8[e]), sg, lane, e, c & 1u);  // the sum of O^2 over the row
       }
 
-      const float gam = exp(cur.lgam.x + cur.lgam.y);
+      const float gam = exp(cs.lgam.x + cs.lgam.y);
 
       // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
       // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
       // from the chunk's largest |k^|, the decays are at most 1) times |U|.
-      vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
-      const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cur.eqk)));
-      const float to_p = gam * pow2(eu + cur.eqk - es), from_p = pow2(en - eu - cur.eqk);
+      if (SPLIT == 1u) vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
+      const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cs.eqk)));
+      const float to_p = gam * pow2(eu + cs.eqk - es), from_p = pow2(en - eu - cs.eqk);
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
         F16M bh_, bl;
         coopMatLoadNV(bh_, kh, 4u * rt, DP, false);
@@ -262,7 +331,25 @@ void main() {
       // after it writes this set after its second barrier, by when those reads are done)
       o_prev = o8;
       z_prev = z;
+#if SERIAL_SPLIT > 1
+      prep = no_split_operators();  // (the helpers' alone: none of it is live in the products)
+      v_next = vec4[2](vec4(0.0), vec4(0.0));
+#endif
     }
+#if SERIAL_SPLIT > 1
+    else if (c + 1u < nch) {  // the helpers: the next chunk's operators and V
+      const Chunk k1 = chunk_of(b, h, c + 1u);
+      if (fetches) {
+        const Operators f = fetch_operators(k1, fid);
+        prep = prepare_operators(f);
+        next_sc = scalars_of(f);
+      }
+      if (v_helper) {
+        fetch_v(k1, lane, v_col0, v_next);
+        vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
+      }
+    }
+#endif
   }
   if (STATES && has(STATE_CARRY) && cols)
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt)

@@ -27,7 +27,13 @@
 // Needs bindings qkn4 ([2][B, T, nk, D/4]), lgc, p4 and t4 ([B, T, nv, CH/4]), gates ([3][B, T, nv]),
 // eqkb ([B, nk, nch]) and epb ([B, nv, nch]).
 const uint NSG = 8u / SPLIT;  // the subgroups that hold state columns: 0 .. NSG - 1
-const uint RPI = 2u;          // the staged operators' rows per invocation (16 rows, 8 subgroups)
+// The invocations that fetch and stage a chunk's operators (a pass may define fewer: 128), and the
+// rows each takes: rows f / 32 + (OPERATOR_FETCHERS / 32) e, e < RPI, of fetcher f.
+#ifndef OPERATOR_FETCHERS
+#define OPERATOR_FETCHERS 256u
+#endif
+const uint RPI = 512u / OPERATOR_FETCHERS;  // the staged operators' rows per fetcher (16 rows)
+const uint ROW_STEP = OPERATOR_FETCHERS / 32u;
 layout(local_size_x = 256) in;  // 8 subgroups of 32 (the host requires exactly 32)
 // The workgroup's (window, v-head) b nv + h, and its part of the head's columns.
 uint split_head() { return linear_group() / SPLIT; }
@@ -141,15 +147,15 @@ float workgroup_min_after(float x, uint sg, uint lane) {
   return x;
 }
 
-// One invocation's share of a chunk's operators.
+// One fetcher's share of a chunk's operators.
 struct Operators {
-  vec4 k[RPI], q[RPI];  // rows i = tid / 32 + 8 e, elements 4 (tid % 32) .. of k^, q^
+  vec4 k[RPI], q[RPI];  // rows i = f / 32 + ROW_STEP e, elements 4 (f % 32) .. of k^, q^
   vec2 lgi[RPI], lgam;  // lg (hi, lo) of those rows, and of the chunk's last row (log Gamma)
   int eqk, ep;         // the chunk's exponents (chunk_prep_fwd)
 #ifdef DSTATE_STAGE
   float bei[RPI];      // beta of those rows
 #endif
-  vec4 p;              // P: row tid / 4, columns 4 (tid % 4) .. (invocations 0 .. 63)
+  vec4 p;              // P: row f / 4, columns 4 (f % 4) .. (fetchers 0 .. 63)
   vec4 t;              // T, likewise
 #ifndef DSTATE_STAGE
   vec4 be;             // beta of T's columns 4 (tid % 4) .. (T diag(beta) is made as it is staged: made
@@ -157,10 +163,34 @@ struct Operators {
 #endif
 };
 
+// A chunk's scalars of its operators (for the subgroups that take no share of them).
+struct OperatorScalars {
+  vec2 lgam;  // lg (hi, lo) of the chunk's last row (log Gamma)
+  int eqk, ep;
+};
+OperatorScalars scalars_of(Operators f) { return OperatorScalars(f.lgam, f.eqk, f.ep); }
+
+// Operators of zeros (what an invocation that fetches none holds).
+Operators no_operators() {
+  Operators f;
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {
+    f.k[e] = vec4(0.0); f.q[e] = vec4(0.0); f.lgi[e] = vec2(0.0);
+#ifdef DSTATE_STAGE
+    f.bei[e] = 0.0;
+#endif
+  }
+  f.lgam = vec2(0.0); f.eqk = 0; f.ep = 0; f.p = vec4(0.0); f.t = vec4(0.0);
+#ifndef DSTATE_STAGE
+  f.be = vec4(0.0);
+#endif
+  return f;
+}
+
+// Fetcher `tid`'s share (tid < OPERATOR_FETCHERS).
 Operators fetch_operators(Chunk k, uint tid) {
   Operators f;
   [[unroll]] for (uint e = 0u; e < RPI; ++e) {
-    const uint i = tid / 32u + 8u * e, r4 = tid % 32u;
+    const uint i = tid / 32u + ROW_STEP * e, r4 = tid % 32u;
     f.k[e] = vec4(0.0); f.q[e] = vec4(0.0);
     f.lgi[e] = chunk_lg(k, i);
 #ifdef DSTATE_STAGE
@@ -191,12 +221,12 @@ Operators fetch_operators(Chunk k, uint tid) {
   return f;
 }
 
-// Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs. Between two
-// workgroup barriers.
+// Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs: fetcher
+// tid's share. Between two workgroup barriers.
 void stage_operators(Operators f, uint tid) {
   const float sq = pow2(f.eqk);
   [[unroll]] for (uint e = 0u; e < RPI; ++e) {  // (each row's factors made as scalars first)
-    const uint at = (tid / 32u + 8u * e) * DP + tid % 32u;
+    const uint at = (tid / 32u + ROW_STEP * e) * DP + tid % 32u;
     const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
     PUT_SPLIT4(kh, kl, at, (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
     PUT_SPLIT4(qh, ql, at, g_i * f.q[e])
@@ -213,5 +243,55 @@ void stage_operators(Operators f, uint tid) {
 #else
     PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t * f.be)
 #endif
+  }
+}
+
+// stage_operators in two parts, for a fetcher that holds its share in registers a step: split into
+// fp16 pairs as soon as its loads are in (prepare_operators), stored between the barriers
+// (store_operators).
+struct SplitOperators {
+  uvec2 kh[RPI], kl[RPI], qh[RPI], ql[RPI], xh[RPI], xl[RPI];  // rows as Operators' k, q
+  uvec2 ph, pl, th, tl;
+};
+SplitOperators no_split_operators() {
+  SplitOperators s;
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {
+    s.kh[e] = uvec2(0u); s.kl[e] = uvec2(0u); s.qh[e] = uvec2(0u);
+    s.ql[e] = uvec2(0u); s.xh[e] = uvec2(0u); s.xl[e] = uvec2(0u);
+  }
+  s.ph = uvec2(0u); s.pl = uvec2(0u); s.th = uvec2(0u); s.tl = uvec2(0u);
+  return s;
+}
+SplitOperators prepare_operators(Operators f) {
+  SplitOperators s = no_split_operators();
+  const float sq = pow2(f.eqk);
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {
+    const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
+    PUT_SPLIT4_TO(s.kh[e], s.kl[e], (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
+    PUT_SPLIT4_TO(s.qh[e], s.ql[e], g_i * f.q[e])
+#ifdef DSTATE_STAGE
+    PUT_SPLIT4_TO(s.xh[e], s.xl[e], (-f.bei[e] * g_i) * f.k[e])
+#else
+    PUT_SPLIT4_TO(s.xh[e], s.xl[e], -g_i * f.k[e])
+#endif
+  }
+  PUT_SPLIT4_TO(s.ph, s.pl, f.p * pow2(f.ep))
+#ifdef DSTATE_STAGE
+  PUT_SPLIT4_TO(s.th, s.tl, f.t)
+#else
+  PUT_SPLIT4_TO(s.th, s.tl, f.t * f.be)
+#endif
+  return s;
+}
+void store_operators(SplitOperators s, uint tid) {
+  [[unroll]] for (uint e = 0u; e < RPI; ++e) {
+    const uint at = (tid / 32u + ROW_STEP * e) * DP + tid % 32u;
+    kh[at] = s.kh[e]; qh[at] = s.qh[e]; xh[at] = s.xh[e];
+    if (!FAST) { kl[at] = s.kl[e]; ql[at] = s.ql[e]; xl[at] = s.xl[e]; }
+  }
+  if (tid < 64u) {
+    const uint at = (tid / 4u) * PP + tid % 4u;
+    ph[at] = s.ph; th[at] = s.th;
+    if (!FAST) { pl[at] = s.pl; tl[at] = s.tl; }
   }
 }
