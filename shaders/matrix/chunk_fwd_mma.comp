@@ -77,7 +77,7 @@ layout(set = 0, binding = 18) writeonly buffer Ht { float ht[]; };
 // The helpers' hand-over to the column subgroups: the chunk's largest |v| at column subgroup s's
 // columns (at s), and the chunk's lg (hi, lo) of its last row, eqk and ep (at 0 .. 3). 8 floats
 // each: sized NSG and 4, the split-4 build (an 8-byte vmax_stage) gave NaN on the H100 (NVIDIA
-// 580) with every index in range; split 2 (16 bytes) and 8 floats gave the right results.
+// 580), its indices all in range (cause not found); split 2 (16 bytes) and 8 floats were right.
 shared float vmax_stage[8];
 shared float scalar_stage[8];
 #endif
