@@ -197,10 +197,6 @@ void main() {
     barrier();  // the previous chunk's readers of the staged operands are done, its row sums are in
 #if SERIAL_SPLIT > 1
     if (fetches) store_operators(prep, fid);
-#else
-    stage_operators(cur, tid);
-#endif
-#if SERIAL_SPLIT > 1
     if (v_helper) {  // subgroup s's V tile, 2^eu V
       const uint s = sg - NSG;
       [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(s * 512u + t_lane + 128u * e, pow2(scale_exponent(vmax_next)) * v[e])
@@ -213,6 +209,7 @@ void main() {
       scalar_stage[3] = float(next_sc.ep);
     }
 #else
+    stage_operators(cur, tid);
     if (cols) [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_TILE4(t_u + t_lane + 128u * e, pow2(eu) * v[e])
 #endif
     barrier();

@@ -158,7 +158,7 @@ struct Operators {
   vec4 p;              // P: row f / 4, columns 4 (f % 4) .. (fetchers 0 .. 63)
   vec4 t;              // T, likewise
 #ifndef DSTATE_STAGE
-  vec4 be;             // beta of T's columns 4 (tid % 4) .. (T diag(beta) is made as it is staged: made
+  vec4 be;             // beta of T's columns 4 (f % 4) .. (T diag(beta) is made as it is staged: made
                        // in the fetch, the two fetching subgroups waited there for the loads mid-step)
 #endif
 };
