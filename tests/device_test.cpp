@@ -137,14 +137,7 @@ TEST_P(Parity, HostApiMatchesReference) {
   const auto g = layer.backward(tape, x.dout);
   std::printf("[gdn] %s (host API), %s:\n", c.name, ran(layer).c_str());
   check("out", out, want.out);
-  check("dqkv", g.dqkv, want.dqkv);
-  check("dz", g.dz, want.dz);
-  check("da", g.da, want.da);
-  check("db", g.db, want.db);
-  check("dconv", g.dconv, want.dconv);
-  check("da_log", g.da_log, want.da_log);
-  check("ddt_bias", g.ddt_bias, want.ddt_bias);
-  check("dnorm", g.dnorm, want.dnorm);
+  for (const auto& [name, got, expected] : named_grads(g, want)) check(name, got, expected);
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {

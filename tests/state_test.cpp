@@ -60,14 +60,7 @@ TEST_P(States, MatchReference) {
     check("out", out, want.out);
     check("ht", carry.ht, want.ht);
     check("conv_state out", carry.conv_state, want.conv_state_out, 0);  // copies
-    check("dqkv", g.dqkv, want.dqkv);
-    check("dz", g.dz, want.dz);
-    check("da", g.da, want.da);
-    check("db", g.db, want.db);
-    check("dconv", g.dconv, want.dconv);
-    check("da_log", g.da_log, want.da_log);
-    check("ddt_bias", g.ddt_bias, want.ddt_bias);
-    check("dnorm", g.dnorm, want.dnorm);
+    for (const auto& [name, got, expected] : named_grads(g, want)) check(name, got, expected);
     check("dh0", g.dh0, want.dh0);
     check("dconv_state", g.dconv_state, want.dconv_state);
   }

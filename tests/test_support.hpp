@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -101,6 +102,24 @@ struct Expected {
   std::vector<double> dconv, da_log, ddt_bias, dnorm;  // summed over the windows
   std::vector<double> ht, conv_state_out, dh0, dconv_state;
 };
+
+/// A backward's gradients beside the reference's, by name (the states' gradients apart: only the
+/// tests that carry states have them).
+struct NamedGrad {
+  const char* name;
+  const std::vector<float>& got;
+  const std::vector<double>& want;
+};
+inline std::array<NamedGrad, 8> named_grads(const HostGrads& g, const Expected& want) {
+  return {{{"dqkv", g.dqkv, want.dqkv},
+           {"dz", g.dz, want.dz},
+           {"da", g.da, want.da},
+           {"db", g.db, want.db},
+           {"dconv", g.dconv, want.dconv},
+           {"da_log", g.da_log, want.da_log},
+           {"ddt_bias", g.ddt_bias, want.ddt_bias},
+           {"dnorm", g.dnorm, want.dnorm}}};
+}
 
 inline reference::Mat window(const std::vector<float>& v, int b, int T, int cols) {
   reference::Mat m(T, cols);
