@@ -105,6 +105,6 @@ void main() {
     if (c == CF_MT || c == CF_M) x *= pow2(e_m);
     else if (c != CF_BG) x *= pow2(e_f);
     const uint at = factor_at(wg, c, r) + q;
-    PUT_SPLIT4_TO(fac[at], fac[at + 64u], x)  // hi, lo: 64 uvec2s apart (chunk_factors.glsl)
+    PUT_SPLIT4_RIGHT_TO(fac[at], fac[at + 64u], x)  // hi, lo: 64 uvec2s apart (chunk_factors.glsl)
   }
 }

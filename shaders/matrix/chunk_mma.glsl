@@ -237,11 +237,11 @@ void stage_operators(Operators f, uint tid) {
 #endif
   }
   if (tid < 64u) {
-    PUT_SPLIT4(ph, pl, (tid / 4u) * PP + tid % 4u, f.p * pow2(f.ep))
+    PUT_SPLIT4_RIGHT(ph, pl, (tid / 4u) * PP + tid % 4u, f.p * pow2(f.ep))
 #ifdef DSTATE_STAGE
-    PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
+    PUT_SPLIT4_RIGHT(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
 #else
-    PUT_SPLIT4(th, tl, (tid / 4u) * PP + tid % 4u, f.t * f.be)
+    PUT_SPLIT4_RIGHT(th, tl, (tid / 4u) * PP + tid % 4u, f.t * f.be)
 #endif
   }
 }
@@ -275,11 +275,11 @@ SplitOperators prepare_operators(Operators f) {
     PUT_SPLIT4_TO(s.xh[e], s.xl[e], -g_i * f.k[e])
 #endif
   }
-  PUT_SPLIT4_TO(s.ph, s.pl, f.p * pow2(f.ep))
+  PUT_SPLIT4_RIGHT_TO(s.ph, s.pl, f.p * pow2(f.ep))
 #ifdef DSTATE_STAGE
-  PUT_SPLIT4_TO(s.th, s.tl, f.t)
+  PUT_SPLIT4_RIGHT_TO(s.th, s.tl, f.t)
 #else
-  PUT_SPLIT4_TO(s.th, s.tl, f.t * f.be)
+  PUT_SPLIT4_RIGHT_TO(s.th, s.tl, f.t * f.be)
 #endif
   return s;
 }
@@ -292,6 +292,6 @@ void store_operators(SplitOperators s, uint tid) {
   if (tid < 64u) {
     const uint at = (tid / 4u) * PP + tid % 4u;
     ph[at] = s.ph; th[at] = s.th;
-    if (!FAST) { pl[at] = s.pl; tl[at] = s.tl; }
+    pl[at] = s.pl; tl[at] = s.tl;
   }
 }

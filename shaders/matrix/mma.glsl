@@ -23,8 +23,12 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 
-// Config::precision fast: single fp16 products (hi alone: 11 significant bits), fp32 accumulation; the
-// lo halves are neither made nor multiplied. The operand scaling stays (fp32's exponent range).
+// Config::precision fast: the state products (MMA_SPLIT) single fp16 products (hi alone: 11
+// significant bits), the single-accumulator ones (mma_split_into) a_hi b_hi + a_hi b_lo (the right
+// operand at 22 bits: its rounding made the gate gradient's error at large activations), fp32
+// accumulation. So the lo halves are made of mma_split_into's right operands (split(), the staged
+// P and T, chunk_factors' factors; the pair pass's stages always), not of the staged K~, Q~, -K^ or
+// the states. The operand scaling stays (fp32's exponent range).
 layout(constant_id = 7) const bool FAST = false;
 // Workgroups per (window, v-head) of the serial passes, each a share of the state's columns
 // (chunk_mma.glsl; Config::serial_split): each leaves its exponents (vscale, dscale) and its share of
@@ -76,19 +80,27 @@ uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2
   }
 // The same at element `at` of the arrays hi and lo.
 #define PUT_SPLIT4(hi, lo, at, x) PUT_SPLIT4_TO(hi[at], lo[at], x)
+// PUT_SPLIT4_TO whose lo half is made in FAST too (a right operand of mma_split_into).
+#define PUT_SPLIT4_RIGHT_TO(hi_at, lo_at, x) \
+  {                                            \
+    const vec4 x_ = (x), h_ = hi_part(x_);     \
+    hi_at = pack_half4(h_);                    \
+    lo_at = pack_half4((x_ - h_) * LO);        \
+  }
+#define PUT_SPLIT4_RIGHT(hi, lo, at, x) PUT_SPLIT4_RIGHT_TO(hi[at], lo[at], x)
 // The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
 void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
   for (int e = 0; e < h.length(); ++e) h[e] = hi_part(x[e]);
   hi = F16M(h);
-  lo = FAST ? F16M(0.0) : F16M((x - h) * LO);
+  lo = F16M((x - h) * LO);  // (in FAST too: mma_split_into's right operands take it)
 }
 
 // acc += a b for split operands, their lo products added at once: one accumulator per result where
 // registers are short (the lo sum of each call rounds once more than MMA_SPLIT's running one).
 void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
   if (FAST) {
-    acc = coopMatMulAddNV(ah, bh, acc);
+    acc = coopMatMulAddNV(ah, bh, acc) + coopMatMulAddNV(ah, bl, F32M(0.0)) * (1.0 / LO);
     return;
   }
   F32M lo = F32M(0.0);
