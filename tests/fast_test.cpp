@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Config::precision fast (docs/kernels.md, "Precision"): single fp16 products on the matrix units,
-// fp32 accumulation, the operands scaled as in the exact mode. Where the matrix units run, every
-// output and gradient is within its bound of the float64 reference at T 512, at unit scale and at
-// the scales training feeds the layer (dout x 2^-27 and x 2^16, qkv x 1e-2 and x 1e3), and a 1%
-// parameter error fails that bound. Where they do not run (lavapipe in CI), the layer resolves the
-// precision to exact (the kernels that run are fp32) and says so.
+// Config::precision fast (docs/kernels.md, "Fast precision"): fp16 products on the matrix units
+// (single for the state's, the right operand at 22 bits for the rest), fp32 accumulation, the
+// operands scaled as in the exact mode. Where the matrix units run, every output and gradient is
+// within its bound of the float64 reference at T 512, at unit scale and at the scales training
+// feeds the layer (dout x 2^-27 and x 2^16, qkv x 1e-2 and x 1e3), and a 1% parameter error fails
+// that bound. Where they do not run (lavapipe in CI), the layer resolves the precision to exact (the
+// kernels that run are fp32) and says so.
 #include <cstdio>
 
 #include "test_support.hpp"
@@ -12,12 +13,12 @@
 namespace gdn::test {
 namespace {
 
-// Relative L2 error per output. Measured on the H200: out, dqkv, dz, db, dconv, dnorm 3e-4 to 1.1e-3
-// at every scale here; the decay's gradients (da, da_log, ddt_bias: sums of products of the state
-// and its gradient, whose fp16 roundings do not cancel) 1e-3 to 1.8e-3 at unit scale and up to 5e-3
-// at qkv x 1e3.
-constexpr double kFastTolerance = 2e-3;
-constexpr double kFastDecayTolerance = 1e-2;
+// Relative L2 error per output, measured on the H100: out, dqkv, dz, da, db, dconv, dnorm 3e-4 to
+// 1.1e-3 at every scale here; da_log and ddt_bias (sums over the window's tokens of products of the
+// state and its gradient) 7e-4 to 1.0e-3 at unit scale and qkv x 1e3, 1.57e-3 and 1.73e-3 at qkv x
+// 1e-2.
+constexpr double kFastTolerance = 1.5e-3;
+constexpr double kFastDecayTolerance = 2e-3;
 
 constexpr int kB = 1, kT = 512;
 
@@ -29,7 +30,7 @@ Config fast_config() {
 // Expects out and every gradient (the reference's scaled by s, dout's scale) within its bound.
 void expect_within_bounds(const HostGrads& g, const Expected& want, double s, const std::vector<float>& out) {
   auto expect = [](const std::string& name, double e) {
-    const double bound = name == "da" || name == "da_log" || name == "ddt_bias" ? kFastDecayTolerance : kFastTolerance;
+    const double bound = name == "da_log" || name == "ddt_bias" ? kFastDecayTolerance : kFastTolerance;
     std::printf("[gdn]   %-9s rel L2 error %.3e (bound %.0e)\n", name.c_str(), e, bound);
     EXPECT_LE(e, bound) << name;  // (NaN fails it too)
   };
