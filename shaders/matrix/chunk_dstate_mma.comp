@@ -314,7 +314,7 @@ void main() {
       vec4 dO[2];
       const vec2 rs = vec2(rsb[(cc & 1u) * 16u + tile_row(lane, 0u)], rsb[(cc & 1u) * 16u + tile_row(lane, 1u)]);
       norm_backward(k, lane, ncol0, rs, inv, wd, o, z, g, nw, dO);
-      const float omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+      const float omax = SUBGROUP_ABSMAX8(dO);
       const uint at = (cc & 1u) * NSG * 256u + hs * 256u + t_lane;
       [[unroll]] for (uint e = 0u; e < 2u; ++e) PUT_FLOAT4(hdo, at + 128u * e, pow2(scale_exponent(omax)) * dO[e])
       if (lane == 0u) hom[(cc & 1u) * NSG + hs] = omax;
@@ -343,7 +343,7 @@ void main() {
 #if SERIAL_SPLIT == 1
     norm_backward(k, lane, col0, vec2(row_total(tile_row(lane, 0u), cc & 1u), row_total(tile_row(lane, 1u), cc & 1u)),
                   inv, wd, o, z, g, nw, dO);
-    omax = subgroup_max32(max(max4(abs(dO[0])), max4(abs(dO[1]))));
+    omax = SUBGROUP_ABSMAX8(dO);
 #else
     omax = cols ? hom[(cc & 1u) * NSG + sg] : 0.0;  // its helper's
 #endif

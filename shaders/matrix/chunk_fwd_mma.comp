@@ -172,7 +172,7 @@ void main() {
   }
   // the largest |v| of the next chunk's rows at the subgroup's (split: its V helper's) columns,
   // reduced during the chunk before
-  float vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
+  float vmax_next = SUBGROUP_ABSMAX8(v_next);
   // A chunk's output waits for every subgroup's row sums: it is written while the next chunk's
   // products are in flight (the last chunk's after the loop), which saves a barrier per chunk.
   vec4 o_prev[2], z_prev[2];
@@ -311,7 +311,7 @@ void main() {
       // S^T <- Gamma S^T + U^T K~   (K~: row-major loads of the stage), the product at 2^(eu + eqk), the
       // sum to 2^en (state_exponent) from the bound Gamma |S0| + 16 rows of |K~| < 2^(1 - eqk) (eqk is
       // from the chunk's largest |k^|, the decays are at most 1) times |U|.
-      if (SPLIT == 1u) vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));  // (stale after the last chunk: unused)
+      if (SPLIT == 1u) vmax_next = SUBGROUP_ABSMAX8(v_next);  // (stale after the last chunk: unused)
       const int en = state_exponent(gam * s_start + 32.0 * u_max * pow2(-(eu + cs.eqk)));
       const float to_p = gam * pow2(eu + cs.eqk - es), from_p = pow2(en - eu - cs.eqk);
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
@@ -343,7 +343,7 @@ void main() {
       }
       if (v_helper) {
         fetch_v(k1, lane, v_col0, v_next);
-        vmax_next = subgroup_max32(max(max4(abs(v_next[0])), max4(abs(v_next[1]))));
+        vmax_next = SUBGROUP_ABSMAX8(v_next);
       }
     }
 #endif

@@ -112,6 +112,8 @@ float subgroup_max32(float x) {
   [[unroll]] for (uint m = 1u; m < 32u; m *= 2u) x = max(x, subgroupShuffleXor(x, m));
   return x;
 }
+// The largest |x| over the subgroup of the lanes' two vec4s x[0], x[1].
+#define SUBGROUP_ABSMAX8(x) subgroup_max32(max(max4(abs((x)[0])), max4(abs((x)[1]))))
 // The largest |x| of the lane's elements of a 16 x 16 tile.
 float tile_absmax(F32M x) {
   float m = 0.0;
