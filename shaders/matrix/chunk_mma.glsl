@@ -223,33 +223,8 @@ Operators fetch_operators(Chunk k, uint tid) {
   return f;
 }
 
-// Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs: fetcher
-// tid's share. Between two workgroup barriers.
-void stage_operators(Operators f, uint tid) {
-  const float sq = pow2(f.eqk);
-  [[unroll]] for (uint e = 0u; e < RPI; ++e) {  // (each row's factors made as scalars first)
-    const uint at = (tid / 32u + ROW_STEP * e) * DP + tid % 32u;
-    const float g_i = sq * exp(f.lgi[e].x + f.lgi[e].y);
-    PUT_SPLIT4(kh, kl, at, (sq * exp(lg_diff(f.lgam.x, f.lgam.y, f.lgi[e].x, f.lgi[e].y))) * f.k[e])
-    PUT_SPLIT4(qh, ql, at, g_i * f.q[e])
-#ifdef DSTATE_STAGE
-    PUT_SPLIT4(xh, xl, at, (-f.bei[e] * g_i) * f.k[e])
-#else
-    PUT_SPLIT4(xh, xl, at, -g_i * f.k[e])
-#endif
-  }
-  if (tid < 64u) {
-    PUT_SPLIT4_RIGHT(ph, pl, (tid / 4u) * PP + tid % 4u, f.p * pow2(f.ep))
-#ifdef DSTATE_STAGE
-    PUT_SPLIT4_RIGHT(th, tl, (tid / 4u) * PP + tid % 4u, f.t)
-#else
-    PUT_SPLIT4_RIGHT(th, tl, (tid / 4u) * PP + tid % 4u, f.t * f.be)
-#endif
-  }
-}
-
-// stage_operators in two parts, for a fetcher that holds its share in registers a step: split into
-// fp16 pairs as soon as its loads are in (prepare_operators), stored between the barriers
+// Staging in two parts, for a fetcher that holds its share in registers a step: split into fp16
+// pairs as soon as its loads are in (prepare_operators), stored between the barriers
 // (store_operators).
 struct SplitOperators {
   uvec2 kh[RPI], kl[RPI], qh[RPI], ql[RPI], xh[RPI], xl[RPI];  // rows as Operators' k, q
@@ -297,3 +272,7 @@ void store_operators(SplitOperators s, uint tid) {
     pl[at] = s.pl; tl[at] = s.tl;
   }
 }
+
+// Stages K~, Q~, -diag(beta gamma) K or -K^, P and T or T diag(beta), split into fp16 pairs: fetcher
+// tid's share. Between two workgroup barriers.
+void stage_operators(Operators f, uint tid) { store_operators(prepare_operators(f), tid); }

@@ -78,8 +78,6 @@ uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2
     hi_at = pack_half4(h_);                    \
     if (!FAST) lo_at = pack_half4((x_ - h_) * LO); \
   }
-// The same at element `at` of the arrays hi and lo.
-#define PUT_SPLIT4(hi, lo, at, x) PUT_SPLIT4_TO(hi[at], lo[at], x)
 // PUT_SPLIT4_TO whose lo half is made in FAST too (a right operand of mma_split_into).
 #define PUT_SPLIT4_RIGHT_TO(hi_at, lo_at, x) \
   {                                            \
@@ -87,7 +85,6 @@ uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2
     hi_at = pack_half4(h_);                    \
     lo_at = pack_half4((x_ - h_) * LO);        \
   }
-#define PUT_SPLIT4_RIGHT(hi, lo, at, x) PUT_SPLIT4_RIGHT_TO(hi[at], lo[at], x)
 // The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
 void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
