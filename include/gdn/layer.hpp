@@ -35,9 +35,9 @@ Variant parse_variant(std::string_view s);
 /// either way).
 enum class Precision {
   Exact,  // fp32 operands as fp16 pairs, three products each: float32 accuracy (docs/kernels.md)
-  Fast,   // the state's products one fp16 product per operand pair (11 significant bits), the
+  Fast,   // the state's products one fp16 product per operand pair (11 significant bits), most
           // others' right operand at 22 bits, fp32 accumulation, the operands scaled as in Exact:
-          // about 1e-3 relative (docs/kernels.md); opt-in
+          // at most 1.5e-3 relative (docs/kernels.md); opt-in
 };
 std::string_view to_string(Precision p);
 

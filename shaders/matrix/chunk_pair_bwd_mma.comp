@@ -415,13 +415,13 @@ void main() {
     // 2^(eqk + ev + eo), with E1, E2 at 2^(eqk + ev + eu), with diag(beta gamma) at 2^(eqk + es + eu))
     const int s_m = eqk + ev + eo, s_f = eqk + ev + eu, s_w = eqk + es + eu;
     F32M dm = x2 * pow2(s_m - (ed + ev));  // X2g^T
-    mma_split_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
+    mma_exact_into(dm, qh, ql, fh[CF_M], fl[CF_M]);
     dm = dm * pow2(s_f - s_m);
-    mma_split_into(dm, kth, ktl, fh[CF_E2], fl[CF_E2]);
+    mma_exact_into(dm, kth, ktl, fh[CF_E2], fl[CF_E2]);
     F32M dk = dm * pow2(s_w - s_f);
-    mma_split_into(dk, wth, wtl, fh[CF_BG], fl[CF_BG]);
+    mma_exact_into(dk, wth, wtl, fh[CF_BG], fl[CF_BG]);
     dk = dk * pow2(s_f - s_w);
-    mma_split_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
+    mma_exact_into(dk, kth, ktl, fh[CF_E1], fl[CF_E1]);
     dk = dk * pow2(-s_f);
     dm = dm * pow2(-s_f);
     // (dM and dK without M's diagonal so far: its terms cancel in dlg, and go to the records only)
@@ -429,7 +429,7 @@ void main() {
     asum = times(kt, dk - dm * 2.0);
     // dQ^T = X1g^T + K^T M^T
     F32M dq = x1 * pow2(s_m - (es + eo));  // X1g^T
-    mma_split_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
+    mma_exact_into(dq, kth, ktl, fh[CF_MT], fl[CF_MT]);
     dq = dq * pow2(-s_m);
     store_rows(dq + times(kt, md), k, t_at, lane, col0);
     asum = asum + times(qt, dq);

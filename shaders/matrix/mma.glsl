@@ -25,7 +25,8 @@
 
 // Config::precision fast: the state products (MMA_SPLIT) single fp16 products (hi alone: 11
 // significant bits), the single-accumulator ones (mma_split_into) a_hi b_hi + a_hi b_lo (the right
-// operand at 22 bits: its rounding made the gate gradient's error at large activations), fp32
+// operand at 22 bits: its rounding made the gate gradient's error at large activations), the pair
+// pass's products with chunk_factors' factors (mma_exact_into) all three products, fp32
 // accumulation. So the lo halves are made of mma_split_into's right operands (split(), the staged
 // P and T, chunk_factors' factors; the pair pass's stages always), not of the staged K~, Q~, -K^ or
 // the states. The operand scaling stays (fp32's exponent range).
@@ -100,6 +101,14 @@ void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
     acc = coopMatMulAddNV(ah, bh, acc) + coopMatMulAddNV(ah, bl, F32M(0.0)) * (1.0 / LO);
     return;
   }
+  F32M lo = F32M(0.0);
+  lo = coopMatMulAddNV(al, bh, lo);
+  lo = coopMatMulAddNV(ah, bl, lo);
+  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
+}
+// acc += a b for split operands, all three products in both modes: the pair pass's products with
+// chunk_factors' factors, whose results meet in dlg's nearly cancelling sums (the gate gradients).
+void mma_exact_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
   F32M lo = F32M(0.0);
   lo = coopMatMulAddNV(al, bh, lo);
   lo = coopMatMulAddNV(ah, bl, lo);
