@@ -94,26 +94,25 @@ void split(F32M x, out F16M hi, out F16M lo) {
   lo = F16M((x - h) * LO);  // (in FAST too: mma_split_into's right operands take it)
 }
 
-// acc += a b for split operands, their lo products added at once: one accumulator per result where
-// registers are short (the lo sum of each call rounds once more than MMA_SPLIT's running one).
+// acc += a b for split operands, all three products, their lo products added at once: one
+// accumulator per result where registers are short (the lo sum of each call rounds once more than
+// MMA_SPLIT's running one).
+#define MMA_EXACT_INTO(acc, ah, al, bh, bl)               \
+  F32M lo = F32M(0.0);                                    \
+  lo = coopMatMulAddNV(al, bh, lo);                       \
+  lo = coopMatMulAddNV(ah, bl, lo);                       \
+  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
+// The same in the exact mode, a_hi b_hi + a_hi b_lo in FAST.
 void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
   if (FAST) {
     acc = coopMatMulAddNV(ah, bh, acc) + coopMatMulAddNV(ah, bl, F32M(0.0)) * (1.0 / LO);
     return;
   }
-  F32M lo = F32M(0.0);
-  lo = coopMatMulAddNV(al, bh, lo);
-  lo = coopMatMulAddNV(ah, bl, lo);
-  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
+  MMA_EXACT_INTO(acc, ah, al, bh, bl)
 }
-// acc += a b for split operands, all three products in both modes: the pair pass's products with
-// chunk_factors' factors, whose results meet in dlg's nearly cancelling sums (the gate gradients).
-void mma_exact_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
-  F32M lo = F32M(0.0);
-  lo = coopMatMulAddNV(al, bh, lo);
-  lo = coopMatMulAddNV(ah, bl, lo);
-  acc = coopMatMulAddNV(ah, bh, acc) + lo * (1.0 / LO);
-}
+// The same in both modes: the pair pass's products with chunk_factors' factors, whose results meet
+// in dlg's nearly cancelling sums (the gate gradients).
+void mma_exact_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) { MMA_EXACT_INTO(acc, ah, al, bh, bl) }
 // acc + lo / LO, the two accumulators of a split product.
 F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
 // acc += a b and lo += a_hi b_lo + a_lo b_hi, for split operands.
