@@ -19,24 +19,13 @@ constexpr double kBf16Tolerance = 4e-3;
 // float32 results from bfloat16 inputs: the suite's bound (the arithmetic is float32 throughout).
 constexpr double kTolerance = 2e-4;
 
-std::vector<float> rounded(const std::vector<float>& v) {
-  std::vector<float> r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(v[i]));
-  return r;
-}
-std::vector<double> rounded(const std::vector<double>& v) {
-  std::vector<double> r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(float(v[i])));
-  return r;
-}
-
 // The bfloat16 output streams against the reference's, rounded once.
 void expect_streams_close(const Tensor& out, const DeviceGrads& g, const Expected& want) {
-  expect_close("out", out.download(), rounded(want.out), kBf16Tolerance);
-  expect_close("dqkv", g.dqkv.download(), rounded(want.dqkv), kBf16Tolerance);
-  expect_close("dz", g.dz.download(), rounded(want.dz), kBf16Tolerance);
-  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
-  expect_close("db", g.db.download(), rounded(want.db), kBf16Tolerance);
+  expect_close("out", out.download(), bf16_rounded(want.out), kBf16Tolerance);
+  expect_close("dqkv", g.dqkv.download(), bf16_rounded(want.dqkv), kBf16Tolerance);
+  expect_close("dz", g.dz.download(), bf16_rounded(want.dz), kBf16Tolerance);
+  expect_close("da", g.da.download(), bf16_rounded(want.da), kBf16Tolerance);
+  expect_close("db", g.db.download(), bf16_rounded(want.db), kBf16Tolerance);
 }
 
 TEST(Bf16, HostRoundingIsToNearestEven) {
@@ -99,7 +88,7 @@ TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
   Layer layer(context(), cfg, p);
   const int B = 2, T = 37;
   Batch x = random_batch(cfg, B, T, 41);
-  for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = rounded(*v);
+  for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
   const Expected want = reference_batch(cfg, p, x, B, T);
   const auto bf = DType::BFloat16;
   const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
@@ -155,7 +144,7 @@ TEST_P(Bf16, EachStreamOnItsOwn) {
   for (int which = 0; which < 5; ++which) {
     Batch x = x0;
     std::vector<float>* streams[] = {&x.qkv, &x.z, &x.a, &x.b, &x.dout};
-    *streams[which] = rounded(*streams[which]);
+    *streams[which] = bf16_rounded(*streams[which]);
     const Expected want = reference_batch(cfg, p, x, B, T);
     auto d = [&](int i) { return i == which ? DType::BFloat16 : DType::Float32; };
     const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", d(0)),
@@ -199,7 +188,7 @@ TEST_P(Bf16, AtTrainingScales) {
     Batch x = x0;
     for (auto& v : x.qkv) v = float(v * c.qkv);
     for (auto& v : x.dout) v = float(v * c.dout);
-    for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = rounded(*v);
+    for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
     const Expected want = reference_batch(cfg, p, x, B, T);
     const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
                           tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
@@ -282,10 +271,10 @@ TEST_P(Bf16, OddCountKeepsTheBytesAfterTheTensor) {
   EXPECT_EQ(all[15], 7.0f) << "the element after da";
   const Expected want = reference_batch(cfg, p, [&] {
     Batch r = x;
-    for (auto* v : {&r.qkv, &r.z, &r.a, &r.b, &r.dout}) *v = rounded(*v);
+    for (auto* v : {&r.qkv, &r.z, &r.a, &r.b, &r.dout}) *v = bf16_rounded(*v);
     return r;
   }(), B, T);
-  expect_close("da", g.da.download(), rounded(want.da), kBf16Tolerance);
+  expect_close("da", g.da.download(), bf16_rounded(want.da), kBf16Tolerance);
 }
 
 // bfloat16 where float32 is required: states, their gradients and the parameters' gradients.

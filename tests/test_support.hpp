@@ -180,6 +180,18 @@ inline Expected reference_batch(const Config& cfg, const Params& p, const Batch&
   return e;
 }
 
+/// v rounded to bfloat16 (to nearest even, as gdn::to_bfloat16) and widened back.
+inline std::vector<float> bf16_rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(v[i]));
+  return r;
+}
+inline std::vector<double> bf16_rounded(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = from_bfloat16(to_bfloat16(float(v[i])));
+  return r;
+}
+
 /// ||got - want|| / ||want||; NaN when got holds a NaN or Inf (an unwritten or poisoned element).
 inline double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return INFINITY;
