@@ -73,19 +73,19 @@ float hi_part(float x) {
 // Stores x (4 consecutive elements) split into its pair, as two uvec2 (4 halves each: one 64-bit
 // store per half) at the lvalues hi_at and lo_at. Matrix loads index such arrays in uvec2s.
 uvec2 pack_half4(vec4 x) { return uvec2(packFloat2x16(f16vec2(x.xy)), packFloat2x16(f16vec2(x.zw))); }
-#define PUT_SPLIT4_TO(hi_at, lo_at, x)         \
+// WHEN wraps the lo half's store: LO_EXACT, in the exact mode alone, or LO_ALWAYS (macros: a branch
+// on a constant would stay in the unoptimized SPIR-V).
+#define PUT_SPLIT4_WHEN(hi_at, lo_at, x, WHEN) \
   {                                            \
     const vec4 x_ = (x), h_ = hi_part(x_);     \
     hi_at = pack_half4(h_);                    \
-    if (!FAST) lo_at = pack_half4((x_ - h_) * LO); \
+    WHEN(lo_at = pack_half4((x_ - h_) * LO);)  \
   }
+#define LO_EXACT(statement) if (!FAST) statement
+#define LO_ALWAYS(statement) statement
+#define PUT_SPLIT4_TO(hi_at, lo_at, x) PUT_SPLIT4_WHEN(hi_at, lo_at, x, LO_EXACT)
 // PUT_SPLIT4_TO whose lo half is made in FAST too (a right operand of mma_split_into).
-#define PUT_SPLIT4_RIGHT_TO(hi_at, lo_at, x) \
-  {                                            \
-    const vec4 x_ = (x), h_ = hi_part(x_);     \
-    hi_at = pack_half4(h_);                    \
-    lo_at = pack_half4((x_ - h_) * LO);        \
-  }
+#define PUT_SPLIT4_RIGHT_TO(hi_at, lo_at, x) PUT_SPLIT4_WHEN(hi_at, lo_at, x, LO_ALWAYS)
 // The same split of a register-held fp32 matrix (element by element: one layout, F32M's).
 void split(F32M x, out F16M hi, out F16M lo) {
   F32M h = x;
