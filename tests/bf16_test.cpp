@@ -71,11 +71,6 @@ class Bf16 : public FamilyTest {
     return Config{.nv = nv, .nk = nk, .conv_taps = 4, .rms_eps = 1e-6f, .variant = GetParam().variant,
                   .matrix_units = GetParam().matrix_units, .serial_split = GetParam().serial_split};
   }
-  static Tensor tensor(const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name, DType d) {
-    Tensor t(context(), std::move(shape), name, d);
-    t.upload(v);
-    return t;
-  }
 };
 
 // Every boundary stream bfloat16: out and the input gradients (allocated by the calls, so bfloat16
@@ -91,9 +86,8 @@ TEST_P(Bf16, AllStreamsMatchTheReferenceOnRoundedInputs) {
   for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
   const Expected want = reference_batch(cfg, p, x, B, T);
   const auto bf = DType::BFloat16;
-  const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
-                        tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
-  const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
+  const DeviceInputs in = device_inputs(cfg, x, B, T, bf);
+  const Tensor dout = device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
   Tensor out;
   Tape tape;
   DeviceCarry carry;
@@ -147,10 +141,10 @@ TEST_P(Bf16, EachStreamOnItsOwn) {
     *streams[which] = bf16_rounded(*streams[which]);
     const Expected want = reference_batch(cfg, p, x, B, T);
     auto d = [&](int i) { return i == which ? DType::BFloat16 : DType::Float32; };
-    const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", d(0)),
-                          tensor(x.z, {B, T, cfg.value_dim()}, "z", d(1)), tensor(x.a, {B, T, cfg.nv}, "a", d(2)),
-                          tensor(x.b, {B, T, cfg.nv}, "b", d(3))};
-    const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", d(4));
+    const DeviceInputs in{device_tensor(x.qkv, {B, T, cfg.channels()}, "qkv", d(0)),
+                          device_tensor(x.z, {B, T, cfg.value_dim()}, "z", d(1)),
+                          device_tensor(x.a, {B, T, cfg.nv}, "a", d(2)), device_tensor(x.b, {B, T, cfg.nv}, "b", d(3))};
+    const Tensor dout = device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", d(4));
     Tensor out(context(), {B, T, cfg.value_dim()}, "out");
     Tape tape;
     layer.forward(in, out, &tape);
@@ -190,13 +184,12 @@ TEST_P(Bf16, AtTrainingScales) {
     for (auto& v : x.dout) v = float(v * c.dout);
     for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
     const Expected want = reference_batch(cfg, p, x, B, T);
-    const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
-                          tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+    const DeviceInputs in = device_inputs(cfg, x, B, T, bf);
     Tensor out;
     Tape tape;
     layer.forward(in, out, &tape);
     DeviceGrads g;
-    layer.backward(tape, tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
+    layer.backward(tape, device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
     std::printf("[gdn] %s, bfloat16 streams, %s:\n", GetParam().name, c.what);
     expect_streams_close(out, g, want);
     expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);
@@ -221,16 +214,16 @@ TEST_P(Bf16, PackedSequencesEachAsAlone) {
   };
   auto run = [&](std::size_t t0, std::size_t L, std::vector<std::int64_t> seqlens) {
     const int l = int(L);
-    DeviceInputs in{tensor(part(x.qkv, t0 * C, L * C), {1, l, cfg.channels()}, "qkv", bf),
-                    tensor(part(x.z, t0 * V, L * V), {1, l, cfg.value_dim()}, "z", bf),
-                    tensor(part(x.a, t0 * nv, L * nv), {1, l, cfg.nv}, "a", bf),
-                    tensor(part(x.b, t0 * nv, L * nv), {1, l, cfg.nv}, "b", bf)};
+    DeviceInputs in{device_tensor(part(x.qkv, t0 * C, L * C), {1, l, cfg.channels()}, "qkv", bf),
+                    device_tensor(part(x.z, t0 * V, L * V), {1, l, cfg.value_dim()}, "z", bf),
+                    device_tensor(part(x.a, t0 * nv, L * nv), {1, l, cfg.nv}, "a", bf),
+                    device_tensor(part(x.b, t0 * nv, L * nv), {1, l, cfg.nv}, "b", bf)};
     in.cu_seqlens = std::move(seqlens);
     Tensor out;
     Tape tape;
     layer.forward(in, out, &tape);
     DeviceGrads g;
-    layer.backward(tape, tensor(part(x.dout, t0 * V, L * V), {1, l, cfg.value_dim()}, "dout", bf), g);
+    layer.backward(tape, device_tensor(part(x.dout, t0 * V, L * V), {1, l, cfg.value_dim()}, "dout", bf), g);
     return std::vector<std::vector<float>>{out.download(), g.dqkv.download(), g.dz.download(), g.da.download(),
                                            g.db.download()};
   };
@@ -258,15 +251,14 @@ TEST_P(Bf16, OddCountKeepsTheBytesAfterTheTensor) {
   const int B = 1, T = 5;  // a, b, da, db: 15 elements
   const Batch x = random_batch(cfg, B, T, 45);
   const auto bf = DType::BFloat16;
-  const DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
-                        tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+  const DeviceInputs in = device_inputs(cfg, x, B, T, bf);
   Tensor host(context(), {16}, "da and a sentinel", bf);
   host.fill(7.0f);
   DeviceGrads g{.da = Tensor::wrap(context(), host.vk_buffer(), host.vk_offset(), {B, T, cfg.nv}, "da", bf)};
   Tape tape;
   Tensor out;
   layer.forward(in, out, &tape);
-  layer.backward(tape, tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
+  layer.backward(tape, device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
   const auto all = host.download();
   EXPECT_EQ(all[15], 7.0f) << "the element after da";
   const Expected want = reference_batch(cfg, p, [&] {
@@ -284,8 +276,7 @@ TEST_P(Bf16, StatesAndParameterGradientsMustBeFloat32) {
   const int B = 1, T = 4;
   const Batch x = random_batch(cfg, B, T, 47);
   const auto bf = DType::BFloat16;
-  DeviceInputs in{tensor(x.qkv, {B, T, cfg.channels()}, "qkv", bf), tensor(x.z, {B, T, cfg.value_dim()}, "z", bf),
-                  tensor(x.a, {B, T, cfg.nv}, "a", bf), tensor(x.b, {B, T, cfg.nv}, "b", bf)};
+  DeviceInputs in = device_inputs(cfg, x, B, T, bf);
   auto refused = [](const char* what, auto&& call) {
     try {
       call();
@@ -304,7 +295,7 @@ TEST_P(Bf16, StatesAndParameterGradientsMustBeFloat32) {
   EXPECT_TRUE(out.empty()) << "nothing is allocated before a refusal";
   Tape tape;
   layer.forward(in, out, &tape);
-  const Tensor dout = tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
+  const Tensor dout = device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf);
   DeviceGrads g{.dconv = Tensor(context(), {cfg.channels(), cfg.conv_taps}, "dconv", bf)};
   refused("dconv", [&] { layer.backward(tape, dout, g); });
   EXPECT_TRUE(g.dqkv.empty()) << "nothing is allocated before a refusal";

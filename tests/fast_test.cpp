@@ -91,23 +91,18 @@ TEST_F(DeviceTest, FastPrecisionWithBf16Streams) {
   Layer layer(context(), cfg, p);
   if (!layer.config().matrix_units)
     GTEST_SKIP() << "no matrix units on " << context()->device().name << ": the exact kernels run (FastPrecisionResolvesToWhatRuns)";
-  auto tensor = [](const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name) {
-    Tensor t(context(), std::move(shape), name, DType::BFloat16);
-    t.upload(v);
-    return t;
-  };
+  const auto bf = DType::BFloat16;
   for (const float qs : {1.0f, 1e-2f, 1e3f}) {
     Batch x = random_batch(cfg, kB, kT, 808);
     for (auto& v : x.qkv) v *= qs;
     for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
     const Expected want = reference_batch(cfg, p, x, kB, kT);
-    const DeviceInputs in{tensor(x.qkv, {kB, kT, cfg.channels()}, "qkv"), tensor(x.z, {kB, kT, cfg.value_dim()}, "z"),
-                          tensor(x.a, {kB, kT, cfg.nv}, "a"), tensor(x.b, {kB, kT, cfg.nv}, "b")};
+    const DeviceInputs in = device_inputs(cfg, x, kB, kT, bf);
     Tensor out;
     Tape tape;
     layer.forward(in, out, &tape);
     DeviceGrads g;
-    layer.backward(tape, tensor(x.dout, {kB, kT, cfg.value_dim()}, "dout"), g);
+    layer.backward(tape, device_tensor(x.dout, {kB, kT, cfg.value_dim()}, "dout", bf), g);
     std::printf("[gdn] precision fast, bfloat16 streams, T %d, qkv x %g:\n", kT, double(qs));
     expect_close("out", out.download(), bf16_rounded(want.out), kFastBf16Tolerance);
     expect_close("dqkv", g.dqkv.download(), bf16_rounded(want.dqkv), kFastBf16Tolerance);

@@ -180,6 +180,19 @@ inline Expected reference_batch(const Config& cfg, const Params& p, const Batch&
   return e;
 }
 
+/// A device tensor of `shape` and dtype d holding v (rounded to bfloat16 where d is), on context().
+inline Tensor device_tensor(const std::vector<float>& v, std::vector<std::int64_t> shape, const char* name, DType d) {
+  Tensor t(context(), std::move(shape), name, d);
+  t.upload(v);
+  return t;
+}
+
+/// The batch's input streams (qkv, z, a, b of B windows of T tokens) as device tensors of dtype d.
+inline DeviceInputs device_inputs(const Config& cfg, const Batch& x, int B, int T, DType d) {
+  return {device_tensor(x.qkv, {B, T, cfg.channels()}, "qkv", d), device_tensor(x.z, {B, T, cfg.value_dim()}, "z", d),
+          device_tensor(x.a, {B, T, cfg.nv}, "a", d), device_tensor(x.b, {B, T, cfg.nv}, "b", d)};
+}
+
 /// v rounded to bfloat16 (to nearest even, as gdn::to_bfloat16) and widened back.
 inline std::vector<float> bf16_rounded(const std::vector<float>& v) {
   std::vector<float> r(v.size());
