@@ -35,9 +35,10 @@ Variant parse_variant(std::string_view s);
 /// either way).
 enum class Precision {
   Exact,  // fp32 operands as fp16 pairs, three products each: float32 accuracy (docs/kernels.md)
-  Fast,   // the state's products one fp16 product per operand pair (11 significant bits), most
-          // others' right operand at 22 bits, fp32 accumulation, the operands scaled as in Exact:
-          // at most 1.5e-3 relative (docs/kernels.md); opt-in
+  Fast,   // the state's products one fp16 product per operand pair (11 significant bits), the
+          // others' right operand at 22 bits (the gate gradients' factor products as in Exact), fp32
+          // accumulation, the operands scaled as in Exact: at most 1.5e-3 relative (docs/kernels.md);
+          // opt-in
 };
 std::string_view to_string(Precision p);
 

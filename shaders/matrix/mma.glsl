@@ -27,9 +27,9 @@
 // significant bits), the single-accumulator ones (mma_split_into) a_hi b_hi + a_hi b_lo (the right
 // operand at 22 bits: its rounding made the gate gradient's error at large activations), the pair
 // pass's products with chunk_factors' factors (mma_exact_into) all three products, fp32
-// accumulation. So the lo halves are made of mma_split_into's right operands (split(), the staged
-// P and T, chunk_factors' factors; the pair pass's stages always), not of the staged K~, Q~, -K^ or
-// the states. The operand scaling stays (fp32's exponent range).
+// accumulation. So the lo halves are made of mma_split_into's right operands and mma_exact_into's
+// operands (split(), the staged P and T, chunk_factors' factors; the pair pass's stages always), not
+// of the staged K~, Q~, -K^ or the states. The operand scaling stays (fp32's exponent range).
 layout(constant_id = 7) const bool FAST = false;
 // Workgroups per (window, v-head) of the serial passes, each a share of the state's columns
 // (chunk_mma.glsl; Config::serial_split): each leaves its exponents (vscale, dscale) and its share of
