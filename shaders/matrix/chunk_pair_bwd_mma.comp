@@ -328,7 +328,8 @@ void main() {
     barrier();
     [[unroll]] for (uint j = 0u; j < RC / 16u; ++j) {  // the round's 16-column blocks
       // The stored state this chunk reads at its edge: S0^T (a) or dSe^T (b), [r][c] (column-major
-      // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b).
+      // reads of the [c][r] stage); and the one it makes again from the other: dSm^T (a) or Sm^T (b),
+      // hi alone in FAST (mma_hi_into) as the serial passes' states.
       F16M eh, el, bh_, bl, ah, al;
       LOAD_STATE_T(eh, el, ab * RC + 16u * j, 4u * q)
       LOAD_STATE_T(ah, al, (1u - ab) * RC + 16u * j, 4u * q)
@@ -337,16 +338,16 @@ void main() {
       if (ab == 0u) {  // dSm^T = Gamma_b dSe^T + Q_b^T dO~_b - K_b^T diag(beta gamma) Yv_b, at 2^ed
         made = other * (gam_b * pow2(eo + eqk_b - ed));
         LOAD_OP(bh_, bl, 3u + OP_DO, j, false)
-        mma_split_into(made, c1h, c1l, bh_, bl);
+        mma_hi_into(made, c1h, c1l, bh_, bl);
         made = made * pow2(eu - eo);
         LOAD_OP(bh_, bl, 3u + OP_YV, j, false)
-        mma_split_into(made, c2h, c2l, bh_, bl);
+        mma_hi_into(made, c2h, c2l, bh_, bl);
         made = made * pow2(ed - eu - eqk_b);
         sdot_part += dot_tiles(made, edge);
       } else {  // Sm^T = Gamma_a S0^T + K_a^T U~_a, at 2^es
         made = other * (gam_a * pow2(ev + eqk_a - es));
         LOAD_OP(bh_, bl, OP_U, j, false)
-        mma_split_into(made, c1h, c1l, bh_, bl);
+        mma_hi_into(made, c1h, c1l, bh_, bl);
         made = made * pow2(es - ev - eqk_a);
         sdot_part += dot_tiles(edge, made);
       }

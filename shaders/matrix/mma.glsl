@@ -23,13 +23,14 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 
-// Config::precision fast: the state products (MMA_SPLIT) single fp16 products (hi alone: 11
-// significant bits), the single-accumulator ones (mma_split_into) a_hi b_hi + a_hi b_lo (the right
-// operand at 22 bits: its rounding made the gate gradient's error at large activations), the pair
-// pass's products with chunk_factors' factors (mma_exact_into) all three products, fp32
-// accumulation. So the lo halves are made of mma_split_into's right operands and mma_exact_into's
-// operands (split(), the staged P and T, chunk_factors' factors; the pair pass's stages always), not
-// of the staged K~, Q~, -K^ or the states. The operand scaling stays (fp32's exponent range).
+// Config::precision fast: the state products (MMA_SPLIT, and the pair pass's remade states:
+// mma_hi_into) single fp16 products (hi alone: 11 significant bits), the other single-accumulator
+// ones (mma_split_into) a_hi b_hi + a_hi b_lo (the right operand at 22 bits: its rounding made the
+// gate gradient's error at large activations), the pair pass's products with chunk_factors' factors
+// (mma_exact_into) all three products, fp32 accumulation. So the lo halves are made of
+// mma_split_into's right operands and mma_exact_into's operands (split(), the staged P and T,
+// chunk_factors' factors; the pair pass's stages always), not of the staged K~, Q~, -K^ or the
+// states. The operand scaling stays (fp32's exponent range).
 layout(constant_id = 7) const bool FAST = false;
 // Workgroups per (window, v-head) of the serial passes, each a share of the state's columns
 // (chunk_mma.glsl; Config::serial_split): each leaves its exponents (vscale, dscale) and its share of
@@ -113,6 +114,12 @@ void mma_split_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
 // The same in both modes: the pair pass's products with chunk_factors' factors, whose results meet
 // in dlg's nearly cancelling sums (the gate gradients).
 void mma_exact_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) { MMA_EXACT_INTO(acc, ah, al, bh, bl) }
+// mma_split_into in the exact mode, a_hi b_hi alone in FAST: the pair pass's remade states (dSm, Sm),
+// single products in FAST as the serial passes' states are.
+void mma_hi_into(inout F32M acc, F16M ah, F16M al, F16M bh, F16M bl) {
+  if (FAST) { acc = coopMatMulAddNV(ah, bh, acc); return; }
+  mma_split_into(acc, ah, al, bh, bl);
+}
 // acc + lo / LO, the two accumulators of a split product.
 F32M unsplit(F32M acc, F32M lo) { return acc + lo * (1.0 / LO); }
 // acc += a b and lo += a_hi b_lo + a_lo b_hi, for split operands.
