@@ -15,7 +15,7 @@ namespace gdn::test {
 namespace {
 
 // Relative L2 error per output, measured on the H100: 2.4e-4 to 9.3e-4 at every scale here (the
-// largest db's at qkv x 1e3; da_log and ddt_bias 2.4e-4 to 4.7e-4). The bound is FLA's fp32 layer's
+// largest db's at qkv x 1e3; da_log and ddt_bias 2.4e-4 to 5.1e-4). The bound is FLA's fp32 layer's
 // measured error.
 constexpr double kFastTolerance = 1.5e-3;
 
