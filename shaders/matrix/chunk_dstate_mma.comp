@@ -242,19 +242,29 @@ void main() {
                                                   // for dS the exponent of its largest value)
   float s_lane = 0.0;  // the lane's largest |2^ed dS|, made as the update leaves its tiles
 
+  // dS^T's tiles from dht (STATE_CARRY): column-major loads of its [k][v] rows; ed from its largest value
+#define LOAD_DHT()                                                                    \
+  {                                                                                   \
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {                                    \
+      coopMatLoadNV(dst[rt], dht, (bh * D + 16u * rt) * D + col0, D, true);           \
+      s_lane = max(s_lane, tile_absmax(dst[rt]));                                     \
+    }                                                                                 \
+    ed = state_exponent(subgroup_max32(s_lane));                                      \
+    const float sc = pow2(ed);                                                        \
+    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * sc;              \
+    s_lane *= sc;                                                                     \
+  }
   F32M dst[8];  // 2^ed dS^T: [column][row 16 rt ..]
-  if (STATES && has(STATE_CARRY)) {  // dS^T's tiles are column-major loads of dht's [k][v] rows; ed from its largest value
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
-      coopMatLoadNV(dst[rt], dht, (bh * D + 16u * rt) * D + col0, D, true);
-      s_lane = max(s_lane, tile_absmax(dst[rt]));
-    }
-    ed = state_exponent(subgroup_max32(s_lane));
-    const float sc = pow2(ed);
-    [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = dst[rt] * sc;
-    s_lane *= sc;
-  } else {
+#if SERIAL_SPLIT > 1
+  // (the split builds load dht in the loop's first step, the unsplit one here: each measured faster
+  // so, docs/performance.md)
+  [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
+#else
+  if (STATES && has(STATE_CARRY)) LOAD_DHT()
+  else {
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) dst[rt] = F32M(0.0);
   }
+#endif
 
   // A chunk's o, z, dout rows and 1/rms (the norm's inputs) and u rows are loaded while the chunk
   // after it (the one before in this pass's order) updates its state, so that their latency is off
@@ -285,6 +295,7 @@ void main() {
     const Chunk k = chunk_of(b, h, nch - 1u - cc);
     const Operators cur = fetch_operators(k, tid);
 #if SERIAL_SPLIT > 1
+    if (STATES && cc == 0u && has(STATE_CARRY)) LOAD_DHT()
     if (cc > 0u && cols)  // the chunk before (unsplit: at the end of its own step)
       yv_out(chunk_of(b, h, nch - cc), yth, ytl, xr, t_du, lane, col0, pow2(-eu), pow2(-(eu + ev)));
 #endif
