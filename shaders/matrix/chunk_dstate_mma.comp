@@ -242,7 +242,8 @@ void main() {
                                                   // for dS the exponent of its largest value)
   float s_lane = 0.0;  // the lane's largest |2^ed dS|, made as the update leaves its tiles
 
-  // dS^T's tiles from dht (STATE_CARRY): column-major loads of its [k][v] rows; ed from its largest value
+  // dS^T's tiles from dht (STATE_CARRY): column-major loads of its [k][v] rows; ed from its largest
+  // value
 #define LOAD_DHT()                                                                    \
   {                                                                                   \
     [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {                                    \
