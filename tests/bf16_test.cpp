@@ -12,21 +12,8 @@
 namespace gdn::test {
 namespace {
 
-// Outputs stored as bfloat16, against the reference's rounded once: each element is off by at most
-// half a bfloat16 ulp (2^-9 relative) of its own rounding and the fp32 error before it; the relative
-// L2 error is about 2^-9 / sqrt(3) = 1.1e-3 over many elements.
-constexpr double kBf16Tolerance = 4e-3;
 // float32 results from bfloat16 inputs: the suite's bound (the arithmetic is float32 throughout).
 constexpr double kTolerance = 2e-4;
-
-// The bfloat16 output streams against the reference's, rounded once.
-void expect_streams_close(const Tensor& out, const DeviceGrads& g, const Expected& want) {
-  expect_close("out", out.download(), bf16_rounded(want.out), kBf16Tolerance);
-  expect_close("dqkv", g.dqkv.download(), bf16_rounded(want.dqkv), kBf16Tolerance);
-  expect_close("dz", g.dz.download(), bf16_rounded(want.dz), kBf16Tolerance);
-  expect_close("da", g.da.download(), bf16_rounded(want.da), kBf16Tolerance);
-  expect_close("db", g.db.download(), bf16_rounded(want.db), kBf16Tolerance);
-}
 
 TEST(Bf16, HostRoundingIsToNearestEven) {
   EXPECT_EQ(to_bfloat16(1.0f), 0x3F80);
@@ -172,7 +159,6 @@ TEST_P(Bf16, AtTrainingScales) {
   Layer layer(context(), cfg, p);
   const int B = 1, T = 40;
   const Batch x0 = random_batch(cfg, B, T, 49);
-  const auto bf = DType::BFloat16;
   struct Case {
     const char* what;
     double qkv, dout;
@@ -182,14 +168,7 @@ TEST_P(Bf16, AtTrainingScales) {
     Batch x = x0;
     for (auto& v : x.qkv) v = float(v * c.qkv);
     for (auto& v : x.dout) v = float(v * c.dout);
-    for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
-    const Expected want = reference_batch(cfg, p, x, B, T);
-    const DeviceInputs in = device_inputs(cfg, x, B, T, bf);
-    Tensor out;
-    Tape tape;
-    layer.forward(in, out, &tape);
-    DeviceGrads g;
-    layer.backward(tape, device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), g);
+    const auto [want, out, g] = bf16_step(layer, cfg, p, x, B, T);
     std::printf("[gdn] %s, bfloat16 streams, %s:\n", GetParam().name, c.what);
     expect_streams_close(out, g, want);
     expect_close("dconv", g.dconv.download(), want.dconv, kTolerance);

@@ -77,38 +77,24 @@ TEST_F(DeviceTest, FastPrecisionWithinItsBoundAtEveryScale) {
   }
 }
 
-// The bfloat16 streams' bound (bf16_test.cpp). Rounded once on each side, an element whose error e
-// before the rounding crosses a rounding boundary differs by a bfloat16 ulp (2^-8 relative), so e
-// becomes about sqrt(e 2^-8) relative L2: 1.9e-3 for the fast mode's largest, 9.3e-4.
-constexpr double kFastBf16Tolerance = 4e-3;
-
 // The fast mode with every boundary stream bfloat16 (docs/spec.md), against the reference fed the
 // same rounded inputs: out and the inputs' gradients (bfloat16) against its outputs rounded once,
-// within the bfloat16 streams' bound; the parameters' gradients (float32) within the fast bound.
+// within the bfloat16 streams' bound, kBf16Tolerance (rounded once on each side, an element whose
+// error e before the rounding crosses a rounding boundary differs by a bfloat16 ulp, 2^-8 relative,
+// so e becomes about sqrt(e 2^-8) relative L2: 1.9e-3 for the fast mode's largest, 9.3e-4); the
+// parameters' gradients (float32) within the fast bound.
 TEST_F(DeviceTest, FastPrecisionWithBf16Streams) {
   const Config cfg = fast_config();
   const Params p = random_params(cfg, 64);
   Layer layer(context(), cfg, p);
   if (!layer.config().matrix_units)
     GTEST_SKIP() << "no matrix units on " << context()->device().name << ": the exact kernels run (FastPrecisionResolvesToWhatRuns)";
-  const auto bf = DType::BFloat16;
   for (const float qs : {1.0f, 1e-2f, 1e3f}) {
     Batch x = random_batch(cfg, kB, kT, 808);
     for (auto& v : x.qkv) v *= qs;
-    for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
-    const Expected want = reference_batch(cfg, p, x, kB, kT);
-    const DeviceInputs in = device_inputs(cfg, x, kB, kT, bf);
-    Tensor out;
-    Tape tape;
-    layer.forward(in, out, &tape);
-    DeviceGrads g;
-    layer.backward(tape, device_tensor(x.dout, {kB, kT, cfg.value_dim()}, "dout", bf), g);
+    const auto [want, out, g] = bf16_step(layer, cfg, p, x, kB, kT);
     std::printf("[gdn] precision fast, bfloat16 streams, T %d, qkv x %g:\n", kT, double(qs));
-    expect_close("out", out.download(), bf16_rounded(want.out), kFastBf16Tolerance);
-    expect_close("dqkv", g.dqkv.download(), bf16_rounded(want.dqkv), kFastBf16Tolerance);
-    expect_close("dz", g.dz.download(), bf16_rounded(want.dz), kFastBf16Tolerance);
-    expect_close("da", g.da.download(), bf16_rounded(want.da), kFastBf16Tolerance);
-    expect_close("db", g.db.download(), bf16_rounded(want.db), kFastBf16Tolerance);
+    expect_streams_close(out, g, want);
     expect_close("dconv", g.dconv.download(), want.dconv, kFastTolerance);
     expect_close("da_log", g.da_log.download(), want.da_log, kFastTolerance);
     expect_close("ddt_bias", g.ddt_bias.download(), want.ddt_bias, kFastTolerance);

@@ -233,4 +233,36 @@ inline void expect_close(const char* what, const std::vector<float>& got, const 
   EXPECT_LE(err, tolerance) << what;
 }
 
+// Outputs stored as bfloat16, against the reference's rounded once: each element is off by at most
+// half a bfloat16 ulp (2^-9 relative) of its own rounding and the fp32 error before it; the relative
+// L2 error is about 2^-9 / sqrt(3) = 1.1e-3 over many elements.
+inline constexpr double kBf16Tolerance = 4e-3;
+
+/// The bfloat16 output streams (out, dqkv, dz, da, db) against the reference's, rounded once.
+inline void expect_streams_close(const Tensor& out, const DeviceGrads& g, const Expected& want) {
+  expect_close("out", out.download(), bf16_rounded(want.out), kBf16Tolerance);
+  expect_close("dqkv", g.dqkv.download(), bf16_rounded(want.dqkv), kBf16Tolerance);
+  expect_close("dz", g.dz.download(), bf16_rounded(want.dz), kBf16Tolerance);
+  expect_close("da", g.da.download(), bf16_rounded(want.da), kBf16Tolerance);
+  expect_close("db", g.db.download(), bf16_rounded(want.db), kBf16Tolerance);
+}
+
+/// A forward (tape) and backward of B windows of T tokens with every stream bfloat16: x's streams
+/// (qkv, z, a, b, dout) are rounded to bfloat16 in place, and the reference is fed them.
+struct Bf16Step {
+  Expected want;
+  Tensor out;
+  DeviceGrads g;
+};
+inline Bf16Step bf16_step(Layer& layer, const Config& cfg, const Params& p, Batch& x, int B, int T) {
+  const auto bf = DType::BFloat16;
+  for (auto* v : {&x.qkv, &x.z, &x.a, &x.b, &x.dout}) *v = bf16_rounded(*v);
+  Bf16Step r{reference_batch(cfg, p, x, B, T), {}, {}};
+  const DeviceInputs in = device_inputs(cfg, x, B, T, bf);
+  Tape tape;
+  layer.forward(in, r.out, &tape);
+  layer.backward(tape, device_tensor(x.dout, {B, T, cfg.value_dim()}, "dout", bf), r.g);
+  return r;
+}
+
 }  // namespace gdn::test
