@@ -35,6 +35,7 @@ struct Options {
   bool param_grads = true;   // --no-param-grads: false
   bool bf16 = false;         // --bf16
   int serial_split = 0;      // --serial-split
+  int part_tokens = 0;       // --part-tokens
   std::vector<std::int64_t> seqlens;  // --seqlens: packed sequences of these lengths
   int repeats = 0;  // 0: 20 on a GPU, 5 on a CPU driver
   int warmup = 3;
@@ -70,6 +71,7 @@ Options parse(const std::vector<std::string>& args) {
     else if (a == "--no-param-grads") o.param_grads = false;
     else if (a == "--bf16") o.bf16 = true;
     else if (a == "--serial-split") o.serial_split = parse_int(a, value(), 0);
+    else if (a == "--part-tokens") o.part_tokens = parse_int(a, value(), 0);
     else if (a == "--seqlens") {
       std::string v = value(), item;
       for (std::size_t at = 0; at <= v.size();) {
@@ -185,6 +187,8 @@ std::string usage() {
          "  --seqlens L1,L2,...: one stream of packed sequences of these lengths (B 1, T their sum).\n"
          "  --serial-split N: Config::serial_split, the matrix units' serial passes as N workgroups per\n"
          "    head (1, 2 or 4; 0, the default: the layer's choice).\n"
+         "  --part-tokens N: Config::part_tokens, windows longer than N tokens run as parts (0, the\n"
+         "    default: only where a buffer would exceed one storage binding's range).\n"
          "  The ceilings are measured before and after the timed work; a GPU run during which they fell\n"
          "  by over 15%, that began or ended with either under 95% of the best measured in this bench,\n"
          "  or whose conv_fwd (the slower of the two forwards') moved its bytes (128 MB or more) at\n"
@@ -226,7 +230,8 @@ int main(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
     const Config cfg{.nv = o.nv, .nk = o.nk, .conv_taps = o.K, .rms_eps = 1e-6f, .checkpoint_interval = o.ckpt,
                      .variant = o.variant, .matrix_units = o.matrix_units,
-                     .precision = o.precision, .param_grads = o.param_grads, .serial_split = o.serial_split};
+                     .precision = o.precision, .param_grads = o.param_grads, .serial_split = o.serial_split,
+                     .part_tokens = o.part_tokens};
     cfg.check();  // before any size made from it is allocated
     Params p;
     p.conv = uniform(std::size_t(cfg.channels()) * o.K, 1);
