@@ -239,38 +239,33 @@ void main() {
       // 2^(es + eqk); then X^T = V^T - S^T K^^T at 2^eu, and U^T = X^T (T diag(beta))^T
       F32M x = F32M(0.0), x_lo = F32M(0.0), o = F32M(0.0), o_lo = F32M(0.0);
       float s_lane = 0.0;  // the lane's largest |2^es S|
-      // row tile rt's products: -S^T K^^T into (xa, xa_lo), S^T Q~^T into (o, o_lo) (sh, sl, bh_, bl
-      // the caller's)
-#define STATE_PRODUCTS(rt, xa, xa_lo)                                      \
-      {                                                                    \
-        s_lane = max(s_lane, tile_absmax(st[rt]));                         \
-        split_state(st[rt], sh, sl);                                       \
-        coopMatLoadNV(bh_, xh, 4u * (rt), DP, true); /* -K^ */             \
-        coopMatLoadNV(bl, xl, 4u * (rt), DP, true);                        \
-        MMA_SPLIT(xa, xa_lo, sh, sl, bh_, bl)                              \
-        coopMatLoadNV(bh_, qh, 4u * (rt), DP, true);                       \
-        coopMatLoadNV(bl, ql, 4u * (rt), DP, true);                        \
-        MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)                                \
-      }
 #if SERIAL_SPLIT > 1
-      {  // X's sums in two chains, the even and the odd row tiles: split, a multiprocessor quarter runs
-         // one column subgroup, which has nothing else to issue while a sum waits for the one before
-        F32M x2 = F32M(0.0), x2_lo = F32M(0.0);
-        [[unroll]] for (uint rt = 0u; rt < 8u; rt += 2u) {
-          F16M sh, sl, bh_, bl;
-          STATE_PRODUCTS(rt, x, x_lo)
-          STATE_PRODUCTS(rt + 1u, x2, x2_lo)
-        }
-        x = x + x2;
-        x_lo = x_lo + x2_lo;
-      }
-#else
+      // X's sums in two chains, the even row tiles' in x and the odd ones' in x2: split, a
+      // multiprocessor quarter runs one column subgroup, which has nothing else to issue while a sum
+      // waits for the one before
+      F32M x2 = F32M(0.0), x2_lo = F32M(0.0);
+#endif
+      // row tile rt's products: -S^T K^^T into x (split: the odd tiles' into x2), S^T Q~^T into o
       [[unroll]] for (uint rt = 0u; rt < 8u; ++rt) {
         F16M sh, sl, bh_, bl;
-        STATE_PRODUCTS(rt, x, x_lo)
-      }
+        s_lane = max(s_lane, tile_absmax(st[rt]));
+        split_state(st[rt], sh, sl);
+        coopMatLoadNV(bh_, xh, 4u * rt, DP, true);  // -K^
+        coopMatLoadNV(bl, xl, 4u * rt, DP, true);
+#if SERIAL_SPLIT > 1
+        if ((rt & 1u) != 0u) {
+          MMA_SPLIT(x2, x2_lo, sh, sl, bh_, bl)
+        } else
 #endif
-#undef STATE_PRODUCTS
+        MMA_SPLIT(x, x_lo, sh, sl, bh_, bl)
+        coopMatLoadNV(bh_, qh, 4u * rt, DP, true);
+        coopMatLoadNV(bl, ql, 4u * rt, DP, true);
+        MMA_SPLIT(o, o_lo, sh, sl, bh_, bl)
+      }
+#if SERIAL_SPLIT > 1
+      x = x + x2;
+      x_lo = x_lo + x2_lo;
+#endif
       // the chunk before's output, while the products are in flight (its row sums are in set
       // (c - 1) % 2; this chunk's go to the other)
       if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
