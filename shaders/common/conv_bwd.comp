@@ -54,6 +54,29 @@ vec4 fetched_input(int t, vec4 x, uvec2 x2) {
   return bf16(BF16_QKV) && t >= 0 ? widen_bf16x4(x2) : x;
 }
 
+// One position u of the walk, its oldest input x_u (at u - (K-1)) and dy_u given: dpre(u) enters dp,
+// the block's share of dconv takes it, and raw position u, now finished, leaves as dqkv; then the
+// inputs shift for u - 1.
+void walk_position(ConvBlock k, int u, int t_end, int out_from, vec4 w[KT], vec4 x_u, vec4 dy_u,
+                   inout vec4 x[KT], inout vec4 dp[KT], inout vec4 dw[KT]) {
+  x[0] = x_u;
+  vec4 pre = vec4(0.0);
+  [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
+  // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
+  [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
+  dp[KT - 1u] = dy_u * silu_bwd(pre);
+  if (u < t_end) {  // the block's own outputs (the halo's are its neighbour's)
+    [[unroll]] for (uint j = 0u; j < KT; ++j) dw[j] = fma(dp[KT - 1u], x[j], dw[j]);
+    // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
+    vec4 acc = vec4(0.0);
+    [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
+    if (has(STATE_DCONV_OUT) && u >= out_from) acc += dconv_out4[state_at(k, u - out_from)];
+    if (bf16(BF16_DQKV)) dqkv2[conv_at(k, u)] = round_bf16x4(acc);
+    else dqkv4[conv_at(k, u)] = acc;
+  }
+  [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
+}
+
 void main() {
   ConvBlock k;
   if (!conv_block(k)) return;
@@ -74,50 +97,36 @@ void main() {
     x[j] = input_at(k, u_hi - int(KT - 1u) + int(j));
   // rows from T-(K-1) on were also the conv state out
   const int out_from = int(pc.t) - int(KT - 1u);
+#ifdef DV_FROM_YV
+  // The DV_FROM_YV build, whose dy of the v channels is two loads, loads two positions a round, both
+  // before either is stored (faster than at use; loaded a position ahead as below it was slower).
+  for (int u = u_hi; u >= int(k.t0); u -= 2) {
+    const bool two = u > int(k.t0);
+    const vec4 x_u = input_at(k, u - int(KT - 1u)), dy_u = dy_at(k, u);
+    vec4 x_v = vec4(0.0), dy_v = vec4(0.0);  // u - 1's
+    if (two) {
+      x_v = input_at(k, u - 1 - int(KT - 1u));
+      dy_v = dy_at(k, u - 1);
+    }
+    walk_position(k, u, t_end, out_from, w, x_u, dy_u, x, dp, dw);
+    if (two) walk_position(k, u - 1, t_end, out_from, w, x_v, dy_v, x, dp, dw);
+  }
+#else
   // The plain build loads u - 1's input and dy while it works on u's, a bfloat16 input carried as
   // its bits and widened where it is used (widened at the load, the loop's back edge waits on it).
-  // The DV_FROM_YV build, whose dy of the v channels is two loads, measured slower loaded ahead.
-#ifdef DV_FROM_YV
-  const bool ahead = false;
-#else
-  const bool ahead = true;
-#endif
   vec4 x_next = vec4(0.0), dy_next = vec4(0.0);  // u's input (u - (K-1)) and dy, loaded ahead
   uvec2 x_next2 = uvec2(0u);
-  if (ahead) {
-    fetch_input(k, u_hi - int(KT - 1u), x_next, x_next2);
-    dy_next = dy_at(k, u_hi);
-  }
+  fetch_input(k, u_hi - int(KT - 1u), x_next, x_next2);
+  dy_next = dy_at(k, u_hi);
   for (int u = u_hi; u >= int(k.t0); --u) {
-    vec4 dy_u;
-    if (ahead) {
-      x[0] = fetched_input(u - int(KT - 1u), x_next, x_next2);
-      dy_u = dy_next;
-      if (u > int(k.t0)) {
-        fetch_input(k, u - 1 - int(KT - 1u), x_next, x_next2);
-        dy_next = dy_at(k, u - 1);
-      }
-    } else {
-      x[0] = input_at(k, u - int(KT - 1u));
-      dy_u = dy_at(k, u);
+    const vec4 x_u = fetched_input(u - int(KT - 1u), x_next, x_next2), dy_u = dy_next;
+    if (u > int(k.t0)) {
+      fetch_input(k, u - 1 - int(KT - 1u), x_next, x_next2);
+      dy_next = dy_at(k, u - 1);
     }
-    vec4 pre = vec4(0.0);
-    [[unroll]] for (uint j = 0u; j < KT; ++j) pre = fma(w[j], x[j], pre);
-    // shift: dp[j] <- dp[j+1], the new dpre(u) enters at the end (dp[K-1] = dpre at t + 0 for t = u)
-    [[unroll]] for (uint j = 0u; j + 1u < KT; ++j) dp[j] = dp[j + 1u];
-    dp[KT - 1u] = dy_u * silu_bwd(pre);
-    if (u < t_end)  // the block's own outputs (the halo's are its neighbour's)
-      [[unroll]] for (uint j = 0u; j < KT; ++j) dw[j] = fma(dp[KT - 1u], x[j], dw[j]);
-    // raw position t = u is finished once dpre(u) .. dpre(u + K-1) are known: dp[K-1-m] = dpre(u + m)
-    if (u < t_end) {
-      vec4 acc = vec4(0.0);
-      [[unroll]] for (uint j = 0u; j < KT; ++j) acc = fma(dp[j], w[j], acc);  // dp[j] = dpre(u + (K-1) - j)
-      if (has(STATE_DCONV_OUT) && u >= out_from) acc += dconv_out4[state_at(k, u - out_from)];
-      if (bf16(BF16_DQKV)) dqkv2[conv_at(k, u)] = round_bf16x4(acc);
-      else dqkv4[conv_at(k, u)] = acc;
-    }
-    [[unroll]] for (uint j = KT - 1u; j > 0u; --j) x[j] = x[j - 1u];
+    walk_position(k, u, t_end, out_from, w, x_u, dy_u, x, dp, dw);
   }
+#endif
   if (k.t0 == 0u) {
     // The conv state's rows r = 0 .. K-2 (position r - (K-1)) feed outputs r - j >= 0 through tap j;
     // now dp[K-1-m] = dpre(m).

@@ -220,9 +220,15 @@ void main() {
     inv_su = pow2(-eu);
     cs = OperatorScalars(vec2(scalar_stage[0], scalar_stage[1]), int(scalar_stage[2]), int(scalar_stage[3]));
 #endif
-    // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait. (The
-    // split builds, whose output norm_fwd2 makes, load it unused: skipped there, they were no faster.)
-    FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
+    // z after the barriers: loaded before them, its bfloat16 loads held up the barriers' wait. A
+    // float32 z is the chunk's own, held a step until its output; unsplit, a bfloat16 z is the chunk
+    // before's, loaded in the step that writes its output (each the faster of the two). (The split
+    // builds, whose output norm_fwd2 makes, load it unused: skipped there, they were no faster, and
+    // slower in bfloat16.)
+    if (!bf16(BF16_Z) || SPLIT > 1u)
+      FETCH_STREAM(BF16_Z, z4, z2, k, lane, col0, z)
+    else if (c > 0u)
+      FETCH_STREAM(BF16_Z, z4, z2, chunk_of(b, h, c - 1u), lane, col0, z)
     if (SPLIT == 1u && c + 1u < nch) {  // the next chunk's operands (cur and v are staged; split: the helpers', below)
       const Chunk k1 = chunk_of(b, h, c + 1u);
       next = fetch_operators(k1, tid);
@@ -268,7 +274,7 @@ void main() {
 #endif
       // the chunk before's output, while the products are in flight (its row sums are in set
       // (c - 1) % 2; this chunk's go to the other)
-      if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, z_prev, nw, col0, lane, sg);
+      if (SPLIT == 1u && c > 0u) put_output(chunk_of(b, h, c - 1u), o_prev, bf16(BF16_Z) ? z : z_prev, nw, col0, lane, sg);
       F32M u = F32M(0.0);
       {
         F16M xh, xl, bh_, bl;
@@ -369,6 +375,7 @@ void main() {
       coopMatStoreNV(st[rt] * pow2(-es), ht, (bh * D + 16u * rt) * D + col0, D, true);
   if (SPLIT == 1u) {
     barrier();
+    if (bf16(BF16_Z)) FETCH_STREAM(BF16_Z, z4, z2, chunk_of(b, h, nch - 1u), lane, col0, z_prev)
     put_output(chunk_of(b, h, nch - 1u), o_prev, z_prev, nw, col0, lane, sg);
   }
   const float eu_head = workgroup_min_after(float(eu_min), sg, lane);
