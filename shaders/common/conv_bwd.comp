@@ -33,16 +33,22 @@ layout(set = 0, binding = 9) readonly buffer Gates { float gates[]; };  // [3][B
 #include "conv.glsl"
 
 // dy at token t of the block's channels (t in the window).
-vec4 dy_at(ConvBlock k, int t) {
+vec4 dy_at(ConvBlock k, int t) { return dy4[conv_at(k, t)]; }
 #ifdef DV_FROM_YV
+// dy at token t loaded ahead of its use as a scale and a factor, dy = s d (the v channels' beta and
+// Yv, the others' 1 and dy), multiplied where used.
+void fetch_dy(ConvBlock k, int t, out vec4 d, out float s) {
   const uint c = 4u * k.c4, v0 = 2u * pc.nk * D;  // the v channels follow q and k
+  s = 1.0;
   if (c >= v0) {
     const uint bt = k.b * pc.t + uint(t), h = (c - v0) / D;
-    return gates[(pc.nb * pc.t + bt) * pc.nv + h] * yv4[(bt * pc.nv * D + c - v0) / 4u];
+    s = gates[(pc.nb * pc.t + bt) * pc.nv + h];
+    d = yv4[(bt * pc.nv * D + c - v0) / 4u];
+  } else {
+    d = dy4[conv_at(k, t)];
   }
-#endif
-  return dy4[conv_at(k, t)];
 }
+#endif
 
 // The input at raw position t loaded ahead of its use: a bfloat16 row in the window as its bits
 // (widened where used by fetched_input), any other as float32.
@@ -100,16 +106,21 @@ void main() {
 #ifdef DV_FROM_YV
   // The DV_FROM_YV build, whose dy of the v channels is two loads, loads two positions a round, both
   // before either is stored (faster than at use; loaded a position ahead as below it was slower).
+  // What is loaded is carried as loaded (a bfloat16 input as its bits, dy as its two factors) and
+  // made into values where its position is walked, so that u's walk does not wait on u - 1's loads.
   for (int u = u_hi; u >= int(k.t0); u -= 2) {
     const bool two = u > int(k.t0);
-    const vec4 x_u = input_at(k, u - int(KT - 1u)), dy_u = dy_at(k, u);
-    vec4 x_v = vec4(0.0), dy_v = vec4(0.0);  // u - 1's
+    vec4 x_u = vec4(0.0), x_v = vec4(0.0), d_u, d_v = vec4(0.0);  // x_v, d_v, s_v: u - 1's
+    uvec2 x_u2 = uvec2(0u), x_v2 = uvec2(0u);
+    float s_u, s_v = 0.0;
+    fetch_input(k, u - int(KT - 1u), x_u, x_u2);
+    fetch_dy(k, u, d_u, s_u);
     if (two) {
-      x_v = input_at(k, u - 1 - int(KT - 1u));
-      dy_v = dy_at(k, u - 1);
+      fetch_input(k, u - 1 - int(KT - 1u), x_v, x_v2);
+      fetch_dy(k, u - 1, d_v, s_v);
     }
-    walk_position(k, u, t_end, out_from, w, x_u, dy_u, x, dp, dw);
-    if (two) walk_position(k, u - 1, t_end, out_from, w, x_v, dy_v, x, dp, dw);
+    walk_position(k, u, t_end, out_from, w, fetched_input(u - int(KT - 1u), x_u, x_u2), s_u * d_u, x, dp, dw);
+    if (two) walk_position(k, u - 1, t_end, out_from, w, fetched_input(u - 1 - int(KT - 1u), x_v, x_v2), s_v * d_v, x, dp, dw);
   }
 #else
   // The plain build loads u - 1's input and dy while it works on u's, a bfloat16 input carried as
