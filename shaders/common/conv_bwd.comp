@@ -45,7 +45,7 @@ void fetch_dy(ConvBlock k, int t, out vec4 d, out float s) {
     s = gates[(pc.nb * pc.t + bt) * pc.nv + h];
     d = yv4[(bt * pc.nv * D + c - v0) / 4u];
   } else {
-    d = dy4[conv_at(k, t)];
+    d = dy_at(k, t);
   }
 }
 #endif
