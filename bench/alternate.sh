@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs a plan of commands one after another on one machine, so that the builds they compare are
+# timed under the same conditions (alternate them: a, b, a, b), and keeps each one's whole output.
+#
+#   bench/alternate.sh OUTDIR PLAN
+#
+# PLAN has one run a line, "label command [arguments]", e.g.
+#   main-1  ./gdn-main bench --bf16
+#   cand-1  ./gdn-cand bench --bf16
+#   tests   ./gdn_device_tests --gtest_brief=1
+# ('#' lines and blank lines are skipped). Each run's output goes to OUTDIR/label.txt; after each,
+# one line says its label, exit status and the figures worth a glance: the bench's
+# "forward + backward" and "tape" lines, a test binary's PASSED / FAILED count.
+set -u
+if [ $# -ne 2 ]; then
+  echo "usage: $0 OUTDIR PLAN" >&2
+  exit 2
+fi
+out=$1
+plan=$2
+[ -r "$plan" ] || { echo "$0: cannot read the plan '$plan'" >&2; exit 2; }
+mkdir -p "$out" || exit 2
+status=0
+while read -r label cmd; do
+  case "$label" in '' | '#'*) continue ;; esac
+  if [ -z "$cmd" ]; then
+    echo "$0: the plan's line '$label' has no command" >&2
+    exit 2
+  fi
+  sh -c "$cmd" < /dev/null > "$out/$label.txt" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  glance=$(grep -E '^forward \+ backward:|^tape:|^\[  (PASSED|FAILED)  \]' "$out/$label.txt" | sed 's/ on the device.*//' | tr '\n' ' ')
+  echo "$label rc=$rc $glance"
+done < "$plan"
+exit $status
