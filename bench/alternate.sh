@@ -21,7 +21,7 @@ plan=$2
 [ -r "$plan" ] || { echo "$0: cannot read the plan '$plan'" >&2; exit 2; }
 mkdir -p "$out" || exit 2
 status=0
-while read -r label cmd; do
+while read -r label cmd || [ -n "$label" ]; do  # (a last line without a newline too)
   case "$label" in '' | '#'*) continue ;; esac
   if [ -z "$cmd" ]; then
     echo "$0: the plan's line '$label' has no command" >&2
