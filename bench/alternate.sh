@@ -8,7 +8,7 @@
 #   main-1  ./gdn-main bench --bf16
 #   cand-1  ./gdn-cand bench --bf16
 #   tests   ./gdn_device_tests --gtest_brief=1
-# ('#' lines and blank lines are skipped; labels are file names). The whole plan is checked before
+# ('#' lines and blank lines are skipped; labels are file names, each used once). The whole plan is checked before
 # anything runs. Each run's output goes to OUTDIR/label.txt; after each, one line says its label,
 # exit status and the figures worth a glance: the bench's "forward + backward" and "tape" lines, a
 # test binary's PASSED / FAILED count. Exits 1 if any run failed, 2 on a bad plan.
@@ -22,12 +22,18 @@ plan=$2
 [ -r "$plan" ] || { echo "$0: cannot read the plan '$plan'" >&2; exit 2; }
 # The plan's runs as "label command" lines, or a refusal naming the bad line.
 lines() {
+  seen=' '
   while read -r label cmd || [ -n "$label" ]; do  # (a last line without a newline too)
     case "$label" in '' | '#'*) continue ;; esac
     case "$label" in *[!A-Za-z0-9._-]*)
       echo "$0: the label '$label' is not a file name (letters, digits, '.', '_', '-')" >&2
       return 2 ;;
     esac
+    case "$seen" in *" $label "*)
+      echo "$0: the label '$label' is used twice (its second run would overwrite the first's output)" >&2
+      return 2 ;;
+    esac
+    seen="$seen$label "
     if [ -z "$cmd" ]; then
       echo "$0: the plan's line '$label' has no command" >&2
       return 2
